@@ -1,0 +1,371 @@
+package config
+
+import (
+	"encoding"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Loaded is a validated configuration and where each of its keys came from.
+type Loaded struct {
+	Config Config
+	// Files are the files read, main file first, then drop-ins in order.
+	Files []string
+	// Origins maps each key set by a file (dotted path, array elements as
+	// "key[i]") to the file and line that set it last.
+	Origins map[string]Origin
+}
+
+// Load reads the file at path and then every *.toml file in the config.d
+// directory next to it, in lexical order, over Default(). A later file wins
+// key by key: tables merge, while an array is replaced as a whole. Every
+// problem in every file is reported in one *Error.
+func Load(path string) (*Loaded, error) {
+	dropIns, err := filepath.Glob(filepath.Join(DropInDir(path), "*.toml"))
+	if err != nil {
+		return nil, fmt.Errorf("list drop-ins: %w", err)
+	}
+	sort.Strings(dropIns)
+	return LoadFiles(append([]string{path}, dropIns...)...)
+}
+
+// LoadFiles decodes the given files in order over Default() and validates
+// the result.
+func LoadFiles(paths ...string) (*Loaded, error) {
+	l := &Loaded{Config: Default(), Origins: map[string]Origin{}}
+	ps := &problems{files: paths}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			msg := err.Error()
+			if errors.Is(err, fs.ErrNotExist) {
+				msg = "file not found (install the package, or copy config.toml.example there)"
+			}
+			ps.add(Origin{File: p}, "", "%s", strings.TrimPrefix(msg, "open "+p+": "))
+			continue
+		}
+		l.Files = append(l.Files, p)
+		decodeFile(p, data, &l.Config, l.Origins, ps)
+	}
+	l.Config.validate(func(key, format string, args ...any) {
+		ps.add(l.origin(key), key, format, args...)
+	})
+	if err := ps.err(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// origin returns where key (or the nearest enclosing key) was set.
+func (l *Loaded) origin(key string) Origin {
+	for k := key; k != ""; k = parentKey(k) {
+		if o, ok := l.Origins[k]; ok {
+			return o
+		}
+	}
+	return Origin{}
+}
+
+func parentKey(k string) string {
+	i := strings.LastIndexAny(k, ".[")
+	if i < 0 {
+		return ""
+	}
+	return k[:i]
+}
+
+// decoder walks one file's TOML tree against the Config struct. It decodes
+// key by key through toml.Primitive so that one bad value does not hide the
+// next, and so that keys absent from the file keep their earlier value.
+type decoder struct {
+	file    string
+	md      toml.MetaData
+	aot     aotIndex
+	origins map[string]Origin
+	ps      *problems
+}
+
+func decodeFile(file string, data []byte, cfg *Config, origins map[string]Origin, ps *problems) {
+	var root map[string]toml.Primitive
+	md, err := toml.Decode(string(data), &root)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			ps.add(Origin{File: file, Line: pe.Position.Line}, "", "TOML syntax error: %s", pe.Message)
+		} else {
+			ps.add(Origin{File: file}, "", "TOML syntax error: %v", err)
+		}
+		return
+	}
+	d := &decoder{file: file, md: md, aot: newAOTIndex(data), origins: origins, ps: ps}
+	d.fields(root, "", reflect.ValueOf(cfg).Elem(), -1)
+}
+
+// table decodes a TOML table into the struct rv in place.
+func (d *decoder) table(p toml.Primitive, path string, rv reflect.Value, elem int) {
+	var entries map[string]toml.Primitive
+	if err := d.md.PrimitiveDecode(p, &entries); err != nil {
+		d.wrongType(p, path, rv.Type(), elem)
+		return
+	}
+	d.fields(entries, path, rv, elem)
+}
+
+// fields decodes each entry into the field of rv with that TOML tag. elem is
+// the element index when rv is an element of an array of tables, else -1.
+func (d *decoder) fields(entries map[string]toml.Primitive, path string, rv reflect.Value, elem int) {
+	byTag := fieldsByTag(rv.Type())
+	for _, name := range sortedKeys(entries) {
+		p, key := entries[name], joinKey(path, name)
+		f, ok := byTag[name]
+		if !ok {
+			d.ps.add(d.at(p, key, elem), key, "%s", unknownKeyMessage(name, rv.Type()))
+			continue
+		}
+		fv := rv.Field(f)
+		switch {
+		case fv.Kind() == reflect.Struct && !isText(fv.Type()):
+			d.table(p, key, fv, elem)
+		case fv.Kind() == reflect.Map:
+			d.mapValue(p, key, fv, elem)
+		case fv.Kind() == reflect.Slice:
+			d.slice(p, key, fv, elem)
+		default:
+			d.leaf(p, key, fv, elem)
+		}
+	}
+}
+
+// slice replaces the array at rv with the decoded one, or leaves it alone
+// if any element is bad.
+func (d *decoder) slice(p toml.Primitive, key string, rv reflect.Value, elem int) {
+	var elems []toml.Primitive
+	if err := d.md.PrimitiveDecode(p, &elems); err != nil {
+		d.wrongType(p, key, rv.Type(), elem)
+		return
+	}
+	d.forget(key)
+	d.origins[key] = d.at(p, key, elem)
+	out := reflect.MakeSlice(rv.Type(), len(elems), len(elems))
+	before := len(d.ps.list)
+	isTable := out.Type().Elem().Kind() == reflect.Struct && !isText(out.Type().Elem())
+	for i, ep := range elems {
+		ekey := fmt.Sprintf("%s[%d]", key, i)
+		if isTable {
+			d.aotElem(ep, ekey, out.Index(i), i)
+			continue
+		}
+		d.leaf(ep, ekey, out.Index(i), elem)
+	}
+	if len(d.ps.list) == before {
+		rv.Set(out)
+	}
+}
+
+// aotElem decodes element i of an array of tables; its keys are located
+// under the i-th [[header]] when the array is written that way.
+func (d *decoder) aotElem(p toml.Primitive, key string, rv reflect.Value, i int) {
+	d.origins[key] = d.at(p, key, i)
+	d.table(p, key, rv, i)
+}
+
+// mapValue merges a table of values into the map at rv.
+func (d *decoder) mapValue(p toml.Primitive, key string, rv reflect.Value, elem int) {
+	var entries map[string]toml.Primitive
+	if err := d.md.PrimitiveDecode(p, &entries); err != nil {
+		d.wrongType(p, key, rv.Type(), elem)
+		return
+	}
+	merged := reflect.MakeMap(rv.Type())
+	for it := rv.MapRange(); it.Next(); {
+		merged.SetMapIndex(it.Key(), it.Value())
+	}
+	for _, name := range sortedKeys(entries) {
+		ekey := joinKey(key, name)
+		v := reflect.New(rv.Type().Elem()).Elem()
+		if d.leaf(entries[name], ekey, v, elem) {
+			merged.SetMapIndex(reflect.ValueOf(name), v)
+		}
+	}
+	rv.Set(merged)
+}
+
+// leaf decodes a single value into rv, checking its TOML type first so that
+// the message says what was expected and what was found.
+func (d *decoder) leaf(p toml.Primitive, key string, rv reflect.Value, elem int) bool {
+	var raw any
+	if err := d.md.PrimitiveDecode(p, &raw); err != nil || !typeFits(rv.Type(), raw) {
+		d.wrongType(p, key, rv.Type(), elem)
+		return false
+	}
+	v := reflect.New(rv.Type())
+	if err := d.md.PrimitiveDecode(p, v.Interface()); err != nil {
+		var pe toml.ParseError
+		msg := err.Error()
+		if errors.As(err, &pe) {
+			msg = pe.Message
+		}
+		d.ps.add(d.at(p, key, elem), key, "%s", msg)
+		return false
+	}
+	rv.Set(v.Elem())
+	d.origins[key] = d.at(p, key, elem)
+	return true
+}
+
+func (d *decoder) wrongType(p toml.Primitive, key string, t reflect.Type, elem int) {
+	var raw any
+	_ = d.md.PrimitiveDecode(p, &raw)
+	d.ps.add(d.at(p, key, elem), key, "expected %s, got %s", want(t), describe(raw))
+}
+
+// forget drops the origins of a replaced array's old elements.
+func (d *decoder) forget(key string) {
+	for k := range d.origins {
+		if strings.HasPrefix(k, key+"[") {
+			delete(d.origins, k)
+		}
+	}
+}
+
+// at is the file and line of the key p was decoded from.
+func (d *decoder) at(p toml.Primitive, key string, elem int) Origin {
+	o := Origin{File: d.file, Line: d.line(p)}
+	if elem >= 0 {
+		if line := d.aot.line(key, elem); line > 0 {
+			o.Line = line
+		}
+	}
+	return o
+}
+
+// locator makes the TOML decoder report the position of a key: decoding
+// into it fails, and the decoder's ParseError carries the key's line.
+type locator struct{}
+
+var errLocate = errors.New("locate")
+
+func (locator) UnmarshalTOML(any) error { return errLocate }
+
+func (d *decoder) line(p toml.Primitive) int {
+	var pe toml.ParseError
+	if err := d.md.PrimitiveDecode(p, locator{}); errors.As(err, &pe) {
+		return pe.Position.Line
+	}
+	return 0
+}
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+func isText(t reflect.Type) bool { return reflect.PointerTo(t).Implements(textUnmarshaler) }
+
+// typeFits reports whether a raw TOML value can be decoded into t.
+func typeFits(t reflect.Type, raw any) bool {
+	if isText(t) {
+		_, ok := raw.(string)
+		return ok
+	}
+	switch t.Kind() {
+	case reflect.String:
+		_, ok := raw.(string)
+		return ok
+	case reflect.Bool:
+		_, ok := raw.(bool)
+		return ok
+	case reflect.Int:
+		_, ok := raw.(int64)
+		return ok
+	}
+	return false
+}
+
+type wanter interface{ want() string }
+
+// want says in words what a value of type t looks like in TOML.
+func want(t reflect.Type) string {
+	if w, ok := reflect.Zero(t).Interface().(wanter); ok {
+		return w.want()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int:
+		return "an integer"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Struct && !isText(t.Elem()) {
+			return "an array of tables"
+		}
+		return "an array of " + strings.TrimPrefix(strings.TrimPrefix(want(t.Elem()), "a "), "an ") + " values"
+	case reflect.Map:
+		return "a table of " + strings.TrimPrefix(want(t.Elem()), "a ") + " values"
+	case reflect.Struct:
+		return "a table"
+	}
+	return t.String()
+}
+
+// describe names a raw TOML value for an error message.
+func describe(raw any) string {
+	switch v := raw.(type) {
+	case string:
+		return fmt.Sprintf("the string %q", v)
+	case int64:
+		return fmt.Sprintf("the integer %d", v)
+	case float64:
+		return fmt.Sprintf("the number %v", v)
+	case bool:
+		return fmt.Sprintf("%v", v)
+	case []any, []map[string]any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	case nil:
+		return "nothing"
+	}
+	return fmt.Sprintf("a date or time (%v)", raw)
+}
+
+// fieldsByTag maps TOML keys to field indexes.
+func fieldsByTag(t reflect.Type) map[string]int {
+	m := make(map[string]int, t.NumField())
+	for i := range t.NumField() {
+		if tag := t.Field(i).Tag.Get("toml"); tag != "" {
+			m[tag] = i
+		}
+	}
+	return m
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// joinKey appends name to a dotted path, quoting it when it is not a bare
+// TOML key (label names such as "example.com/role").
+func joinKey(path, name string) string {
+	if strings.ContainsFunc(name, func(r rune) bool {
+		return !(r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	}) {
+		name = fmt.Sprintf("%q", name)
+	}
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
