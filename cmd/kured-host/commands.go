@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/kured-host/kured-host/daemon"
+	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/host"
+	"github.com/kured-host/kured-host/daemon/logging"
+	"github.com/kured-host/kured-host/daemon/version"
+	"github.com/kured-host/kured-host/packaging"
+)
+
+// Exit statuses, documented in the README and in `kured-host help`.
+const (
+	exitOK      = 0
+	exitFailure = 1 // runtime failure
+	exitUsage   = 2 // bad configuration or usage
+)
+
+// usageError is a mistake on the command line.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", "run the daemon (systemd starts it: systemctl enable --now kured-host)", runDaemon},
+		{"check", "validate the configuration and print the effective result", runCheck},
+		{"rbac", "print the ClusterRole and binding that clusters >= 1.32 need", runRBAC},
+		{"version", "print the version, commit and Go version", runVersion},
+		{"help", "show help for a command", nil},
+	}
+}
+
+const overview = `kured-host: coordinated reboots of Kubernetes nodes, from the host.
+
+Usage: kured-host <command> [flags]
+
+Commands:
+%s
+Run "kured-host <command> --help" for a command's flags.
+
+Configuration: %s, then %s/*.toml in lexical order.
+Exit status: 0 ok, 1 runtime failure, 2 bad configuration or usage.
+`
+
+func usage() string {
+	var b strings.Builder
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %-8s  %s\n", c.name, c.summary)
+	}
+	return fmt.Sprintf(overview, b.String(), config.DefaultPath, config.DropInDir(config.DefaultPath))
+}
+
+// run dispatches to the subcommand named by args[0].
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return &usageError{"no command given\n\n" + usage()}
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(rest) == 0 {
+			_, err := io.WriteString(stdout, usage())
+			return err
+		}
+		name, rest = rest[0], []string{"--help"}
+	}
+	for _, c := range commands() {
+		if c.name == name && c.run != nil {
+			return c.run(ctx, rest, stdout, stderr)
+		}
+	}
+	return &usageError{fmt.Sprintf("unknown command %q\n\n%s", name, usage())}
+}
+
+// flags is a subcommand's flag set. Its usage text goes to stdout on
+// --help and parse errors become usage errors.
+type flags struct {
+	*flag.FlagSet
+	synopsis, about string
+}
+
+func newFlags(name, synopsis, about string) *flags {
+	fs := flag.NewFlagSet("kured-host "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return &flags{FlagSet: fs, synopsis: synopsis, about: about}
+}
+
+// parse returns done=true when --help was handled.
+func (f *flags) parse(args []string, stdout io.Writer) (done bool, err error) {
+	err = f.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintf(stdout, "Usage: %s %s\n\n%s\n", f.Name(), f.synopsis, f.about)
+		f.SetOutput(stdout)
+		if hasFlags(f.FlagSet) {
+			fmt.Fprintln(stdout, "\nFlags:")
+			f.PrintDefaults()
+		}
+		return true, nil
+	case err != nil:
+		return true, &usageError{fmt.Sprintf("%s: %v (see %s --help)", f.Name(), err, f.Name())}
+	case f.NArg() > 0:
+		return true, &usageError{fmt.Sprintf("%s: unexpected argument %q (see %s --help)", f.Name(), f.Arg(0), f.Name())}
+	}
+	return false, nil
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("run", "[--config FILE]",
+		"Runs the daemon in the foreground until SIGTERM. systemd starts it as\n"+
+			"kured-host.service; a bad configuration stops it with exit status 2.")
+	path := f.String("config", config.DefaultPath, "configuration `file`; drop-ins are read from config.d next to it")
+	if done, err := f.parse(args, stdout); done {
+		return err
+	}
+	l, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	log, err := logging.New(stderr, logging.Options{
+		Format:  l.Config.Log.Format,
+		Level:   l.Config.Log.Level,
+		Journal: logging.StderrIsJournal(),
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("starting", "version", version.Version, "config", strings.Join(l.Files, ","))
+	d := &daemon.Daemon{Config: l.Config, Log: log, Notify: host.Systemd{}}
+	return d.Run(ctx)
+}
+
+func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("check", "[--config FILE] [--quiet]",
+		"Validates the configuration file and the drop-ins in config.d next to it,\n"+
+			"reporting every problem with its file, key and line, and prints the\n"+
+			"effective configuration with where each value came from.\n\n"+
+			"Exit status: 0 valid, 2 invalid.")
+	path := f.String("config", config.DefaultPath, "configuration `file`; drop-ins are read from config.d next to it")
+	quiet := f.Bool("quiet", false, "print nothing when the configuration is valid")
+	if done, err := f.parse(args, stdout); done {
+		return err
+	}
+	l, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	if *quiet {
+		return nil
+	}
+	if err := l.Render(stdout); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "configuration OK (%s)\n", strings.Join(l.Files, ", "))
+	return nil
+}
+
+func runRBAC(_ context.Context, args []string, stdout, _ io.Writer) error {
+	f := newFlags("rbac", "",
+		"Prints the ClusterRole and ClusterRoleBinding that let the group\n"+
+			"system:nodes get, list and watch Nodes, which kured-host needs on\n"+
+			"Kubernetes 1.32 and later. Apply it once per cluster:\n\n"+
+			"  kured-host rbac | kubectl apply -f -\n\n"+
+			"The packages install the same file as /usr/share/kured-host/rbac.yaml.")
+	if done, err := f.parse(args, stdout); done {
+		return err
+	}
+	_, err := stdout.Write(packaging.RBAC)
+	return err
+}
+
+func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
+	f := newFlags("version", "", "Prints the version, the commit and the Go version of this build.")
+	if done, err := f.parse(args, stdout); done {
+		return err
+	}
+	_, err := io.WriteString(stdout, version.String())
+	return err
+}
+
+// report prints err for the user and returns the exit status. Under
+// systemd each line is marked as an error for the journal.
+func report(err error, stderr io.Writer) int {
+	code := exitFailure
+	var uerr *usageError
+	var cerr *config.Error
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return exitOK
+	case errors.As(err, &uerr), errors.As(err, &cerr):
+		code = exitUsage
+	}
+	prefix := ""
+	if stderr == io.Writer(os.Stderr) && logging.StderrIsJournal() {
+		prefix = "<3>"
+	}
+	for _, line := range strings.Split(strings.TrimRight("kured-host: "+err.Error(), "\n"), "\n") {
+		fmt.Fprintln(stderr, prefix+line)
+	}
+	return code
+}

@@ -1,0 +1,23 @@
+// Package host is kured-host's side of the machine it runs on: systemd
+// notifications now; logind, the boot ID and inhibitors as the cycle needs
+// them.
+package host
+
+import (
+	"fmt"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+)
+
+// Systemd sends sd_notify messages (READY=1, STATUS=..., STOPPING=1) to the
+// socket in $NOTIFY_SOCKET. Outside systemd there is no socket and Notify
+// does nothing.
+type Systemd struct{}
+
+// Notify sends one state message.
+func (Systemd) Notify(state string) error {
+	if _, err := sddaemon.SdNotify(false, state); err != nil {
+		return fmt.Errorf("sd_notify %q: %w", state, err)
+	}
+	return nil
+}
