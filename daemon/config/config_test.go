@@ -239,7 +239,9 @@ func TestValidate(t *testing.T) {
 		{"command method without command", func(c *Config) { c.Reboot.Method, c.Reboot.Command = RebootCommand, nil }, []string{"reboot.command"}},
 		{"shell string as argv", func(c *Config) { c.Sentinel.Command = []string{"needs-restarting -r"} }, []string{"sentinel.command"}},
 		{"no sentinel", func(c *Config) { c.Sentinel.File = "" }, []string{"sentinel.file"}},
-		{"command without exit codes", func(c *Config) { c.Sentinel.Command, c.Sentinel.RebootExitCodes = []string{"needs-restarting", "-r"}, nil }, []string{"sentinel.reboot_exit_codes"}},
+		{"command without exit codes", func(c *Config) {
+			c.Sentinel.Command, c.Sentinel.RebootExitCodes = []string{"needs-restarting", "-r"}, nil
+		}, []string{"sentinel.reboot_exit_codes"}},
 		{"exit code out of range", func(c *Config) { c.Sentinel.RebootExitCodes = []int{256} }, []string{"sentinel.reboot_exit_codes[0]"}},
 		{"fractional grace period", func(c *Config) { c.Drain.GracePeriod = Duration(1500 * time.Millisecond) }, []string{"drain.grace_period"}},
 		{"reserved self label", func(c *Config) { c.Node.PostRebootLabels = map[string]string{"node-role.kubernetes.io/x": ""} }, []string{`node.post_reboot_labels."node-role.kubernetes.io/x"`}},
