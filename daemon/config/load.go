@@ -185,6 +185,7 @@ func (d *decoder) mapValue(p toml.Primitive, key string, rv reflect.Value, elem 
 		d.wrongType(p, key, rv.Type(), elem)
 		return
 	}
+	d.origins[key] = d.at(p, key, elem)
 	merged := reflect.MakeMap(rv.Type())
 	for it := rv.MapRange(); it.Next(); {
 		merged.SetMapIndex(it.Key(), it.Value())

@@ -1,0 +1,58 @@
+# kured-host. `make` lists the targets; `make test` is what CI runs.
+
+GO      ?= go
+DIST    ?= dist
+ARCHES  ?= amd64 arm64
+VERSION ?= $(shell packaging/version.sh)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+PKG     := github.com/kured-host/kured-host
+LDFLAGS := -s -w -X $(PKG)/daemon/version.Version=$(VERSION) -X $(PKG)/daemon/version.Commit=$(COMMIT)
+# nfpm is pinned in tools/go.mod, apart from the product's own go.mod.
+NFPM    := $(GO) tool -modfile=tools/go.mod nfpm
+SHELL_FILES := packaging/version.sh packaging/deb/* packaging/rpm/* tools/*.sh .ci/run
+
+export CGO_ENABLED ?= 0
+
+.DEFAULT_GOAL := help
+.PHONY: help build test unit lint package test-packages tools clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## build bin/kured-host for this machine (static, version from git)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kured-host ./cmd/kured-host
+
+test: tools lint unit test-packages ## everything CI runs: lint, unit tests (race), package tests
+
+unit: ## unit tests with the race detector
+	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+
+lint: tools ## gofmt, go vet and shellcheck
+	@out=$$(gofmt -l cmd daemon packaging systemd 2>/dev/null); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	shellcheck $(SHELL_FILES)
+
+package: ## build dist/*.deb and dist/*.rpm for amd64 and arm64
+	@rm -f $(DIST)/*.deb $(DIST)/*.rpm
+	@for arch in $(ARCHES); do \
+	  echo "build linux/$$arch $(VERSION)"; \
+	  GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' \
+	    -o $(DIST)/linux_$$arch/kured-host ./cmd/kured-host || exit 1; \
+	  for fmt in deb rpm; do \
+	    ARCH=$$arch VERSION=$(VERSION) $(NFPM) package --config nfpm.yaml \
+	      --packager $$fmt --target $(DIST)/ || exit 1; \
+	  done; \
+	done
+	@ls -l $(DIST)/*.deb $(DIST)/*.rpm
+
+test-packages: package ## inspect the built packages with dpkg-deb, rpm and lintian
+	KURED_HOST_DIST=$(abspath $(DIST)) KURED_HOST_VERSION=$(VERSION) \
+	  $(GO) test -count=1 -v -run 'TestPackages' ./packaging/
+
+tools: ## install the Debian tools the tests use, when missing
+	@tools/need.sh shellcheck:shellcheck rpm:rpm lintian:lintian \
+	  systemd-analyze:systemd dpkg-deb:dpkg gcc:gcc
+
+clean: ## remove build output
+	rm -rf bin $(DIST)
