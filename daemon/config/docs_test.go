@@ -21,7 +21,7 @@ func TestDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	sections := map[string]string{
-		"config.toml.example":   "```toml\n" + string(example) + "```\n",
+		"config.toml.example":    "```toml\n" + string(example) + "```\n",
 		"daemon/config/kured.go": kuredTable(),
 	}
 	got := string(doc)
