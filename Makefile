@@ -9,7 +9,7 @@ PKG     := github.com/kured-host/kured-host
 LDFLAGS := -s -w -X $(PKG)/daemon/version.Version=$(VERSION) -X $(PKG)/daemon/version.Commit=$(COMMIT)
 # nfpm is pinned in tools/go.mod, apart from the product's own go.mod.
 NFPM    := $(GO) tool -modfile=tools/go.mod nfpm
-SHELL_FILES := packaging/version.sh packaging/deb/* packaging/rpm/* tools/*.sh .ci/run
+SHELL_FILES := packaging/version.sh packaging/deb/postinst packaging/deb/prerm packaging/deb/postrm packaging/rpm/* tools/*.sh .ci/run
 
 export CGO_ENABLED ?= 0
 
