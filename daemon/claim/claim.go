@@ -1,0 +1,142 @@
+// Package claim is the register of the slot lock: the claim a node keeps on
+// its own Node object, as a state label (so that readers can select the
+// nodes that take part) and a versioned JSON annotation, and its parsing,
+// which never panics and treats what it cannot read as holding.
+package claim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Keys on the Node object. The label and the annotation share a name.
+const (
+	Label      = "kured-host.dev/claim"
+	Annotation = "kured-host.dev/claim"
+)
+
+// Version of the annotation's JSON.
+const Version = 1
+
+// State is where a claim is in the protocol.
+type State string
+
+// The states, in protocol order. Active claims (entering, holding) use a
+// unit of capacity.
+const (
+	Waiting  State = "waiting"
+	Entering State = "entering"
+	Holding  State = "holding"
+)
+
+// Active reports whether a claim in state s takes a slot.
+func (s State) Active() bool { return s == Entering || s == Holding }
+
+// Phase is how far a holder has got with its reboot; a restarted daemon
+// resumes from it.
+type Phase string
+
+// The phases of a holder.
+const (
+	PhaseAcquired  Phase = ""           // committed; nothing done yet
+	PhaseCordoned  Phase = "cordoned"   // cordoned (or found already unschedulable)
+	PhaseDraining  Phase = "draining"   // evicting pods
+	PhaseDrained   Phase = "drained"    // drain finished
+	PhaseRebooting Phase = "rebooting"  // reboot requested in boot BootID
+	PhaseRebooted  Phase = "rebooted"   // booted again; waiting for Ready and health
+	PhaseReleasing Phase = "releasing"  // uncordoned; waiting out the release delay
+	PhaseAborted   Phase = "aborted"    // gave up before the reboot (drain failed), uncordoned; releasing without a reboot
+	PhaseUnknown   Phase = "unparsable" // for claims that could not be read
+)
+
+// Limits are the limits a claimant was configured with and publishes.
+type Limits struct {
+	Concurrency int          `json:"concurrency"`
+	Groups      []GroupLimit `json:"groups,omitempty"`
+}
+
+// GroupLimit is at most Max holders among nodes sharing a value of Label.
+type GroupLimit struct {
+	Label string `json:"label"`
+	Max   int    `json:"max"`
+}
+
+// Claim is the annotation's content.
+type Claim struct {
+	V       int       `json:"v"`
+	State   State     `json:"state"`
+	Since   time.Time `json:"since"`   // joined the queue (server time); fairness order
+	Updated time.Time `json:"updated"` // the owner's clock at its last write
+	Limits  Limits    `json:"limits"`
+	// Groups are the node's label values for each group rule, recorded when
+	// announcing; a holder counts in these groups.
+	Groups           map[string]string `json:"groups,omitempty"`
+	BootID           string            `json:"bootID,omitempty"`
+	Phase            Phase             `json:"phase,omitempty"`
+	WasUnschedulable bool              `json:"wasUnschedulable"`
+	// ReleaseAt is when the release delay ends, persisted so that a restart
+	// does not cut it short.
+	ReleaseAt *time.Time `json:"releaseAt,omitempty"`
+}
+
+// ErrUnparsable marks a claim that cannot be read; it counts as holding.
+var ErrUnparsable = errors.New("unparsable claim")
+
+// Parse reads a claim from its label value and annotation. The state comes
+// from the label, which stays stable across versions. Whatever cannot be
+// read is returned as a holding claim together with an error wrapping
+// ErrUnparsable, so that callers fail safe and can report it; an active
+// claim whose limits cannot be read publishes concurrency 1.
+func Parse(label, annotation string) (Claim, error) {
+	state := State(label)
+	switch state {
+	case Waiting, Entering, Holding:
+	default:
+		return unparsable(fmt.Errorf("%w: unknown state label %q", ErrUnparsable, label))
+	}
+	var c Claim
+	if err := json.Unmarshal([]byte(annotation), &c); err != nil {
+		c = Claim{State: state}
+		return failSafe(c, fmt.Errorf("%w: annotation: %v", ErrUnparsable, err))
+	}
+	c.State = state
+	switch {
+	case c.V != Version:
+		return failSafe(c, fmt.Errorf("%w: annotation version %d, this build reads %d", ErrUnparsable, c.V, Version))
+	case c.Limits.Concurrency < 1:
+		return failSafe(c, fmt.Errorf("%w: concurrency %d in the annotation", ErrUnparsable, c.Limits.Concurrency))
+	}
+	for _, g := range c.Limits.Groups {
+		if g.Label == "" || g.Max < 1 {
+			return failSafe(c, fmt.Errorf("%w: group limit %q max %d in the annotation", ErrUnparsable, g.Label, g.Max))
+		}
+	}
+	return c, nil
+}
+
+func unparsable(err error) (Claim, error) {
+	return Claim{State: Holding, Phase: PhaseUnknown, Limits: Limits{Concurrency: 1}}, err
+}
+
+// failSafe keeps what was read of an active claim but makes it publish the
+// strictest global limit; a waiting claim that cannot be read is ignored
+// by eligibility, so its content does not matter.
+func failSafe(c Claim, err error) (Claim, error) {
+	c.Limits = Limits{Concurrency: 1}
+	if c.State.Active() {
+		c.Phase = PhaseUnknown
+	}
+	return c, err
+}
+
+// Marshal writes the annotation value.
+func (c Claim) Marshal() (string, error) {
+	c.V = Version
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", fmt.Errorf("encode claim: %w", err)
+	}
+	return string(b), nil
+}

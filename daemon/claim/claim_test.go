@@ -1,0 +1,80 @@
+package claim
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	good := `{"v":1,"state":"holding","since":"2026-11-29T10:00:00Z","updated":"2026-11-29T10:01:00Z","limits":{"concurrency":2,"groups":[{"label":"topology.kubernetes.io/zone","max":1}]},"groups":{"topology.kubernetes.io/zone":"a"},"bootID":"b1","phase":"draining","wasUnschedulable":false}`
+	tests := []struct {
+		name        string
+		label, ann  string
+		state       State
+		concurrency int
+		phase       Phase
+		bad         bool
+	}{
+		{"holding", "holding", good, Holding, 2, PhaseDraining, false},
+		{"state from the label", "entering", good, Entering, 2, PhaseDraining, false},
+		{"unknown label value", "rebooting", good, Holding, 1, PhaseUnknown, true},
+		{"empty label", "", good, Holding, 1, PhaseUnknown, true},
+		{"broken JSON while holding", "holding", `{"v":1,`, Holding, 1, PhaseUnknown, true},
+		{"broken JSON while waiting", "waiting", `nope`, Waiting, 1, "", true},
+		{"newer version", "holding", `{"v":2,"limits":{"concurrency":5}}`, Holding, 1, PhaseUnknown, true},
+		{"zero concurrency", "entering", `{"v":1,"limits":{"concurrency":0}}`, Entering, 1, PhaseUnknown, true},
+		{"bad group", "holding", `{"v":1,"limits":{"concurrency":3,"groups":[{"label":"","max":1}]}}`, Holding, 1, PhaseUnknown, true},
+		{"wrong types", "holding", `{"v":"1","limits":"x"}`, Holding, 1, PhaseUnknown, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse(tt.label, tt.ann)
+			if (err != nil) != tt.bad || (err != nil && !errors.Is(err, ErrUnparsable)) {
+				t.Fatalf("err = %v, want unparsable %v", err, tt.bad)
+			}
+			if c.State != tt.state || c.Limits.Concurrency != tt.concurrency || c.Phase != tt.phase {
+				t.Errorf("got state %q concurrency %d phase %q, want %q %d %q", c.State, c.Limits.Concurrency, c.Phase, tt.state, tt.concurrency, tt.phase)
+			}
+		})
+	}
+}
+
+func TestMarshalRoundTrip(t *testing.T) {
+	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	c := Claim{State: Holding, Since: at, Updated: at, Limits: Limits{Concurrency: 2, Groups: []GroupLimit{{"z", 1}}},
+		Groups: map[string]string{"z": "a"}, BootID: "b", Phase: PhaseRebooting, ReleaseAt: &at}
+	s, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse(string(Holding), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.V = Version
+	if g, _ := got.Marshal(); g != s {
+		t.Errorf("round trip changed the claim:\n%s\n%s", g, s)
+	}
+}
+
+// FuzzParse: no input panics, and whatever is returned for an active label
+// either parsed or fails safe (holding-or-entering with concurrency 1).
+func FuzzParse(f *testing.F) {
+	f.Add("holding", `{"v":1,"limits":{"concurrency":2}}`)
+	f.Add("waiting", `{}`)
+	f.Add("entering", `{"v":1,"limits":{"concurrency":1,"groups":[{"label":"z","max":1}]},"groups":{"z":"a"}}`)
+	f.Add("x", "")
+	f.Fuzz(func(t *testing.T, label, ann string) {
+		c, err := Parse(label, ann)
+		if c.Limits.Concurrency < 1 {
+			t.Fatalf("concurrency %d returned", c.Limits.Concurrency)
+		}
+		if err != nil && label != string(Waiting) && !c.State.Active() {
+			t.Fatalf("an unreadable claim with label %q came back as %q", label, c.State)
+		}
+		if err != nil && c.State.Active() && c.Limits.Concurrency != 1 {
+			t.Fatalf("an unreadable active claim publishes concurrency %d", c.Limits.Concurrency)
+		}
+	})
+}
