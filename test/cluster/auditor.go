@@ -1,0 +1,355 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+)
+
+// NodeState is what the auditor records of a Node at one revision.
+type NodeState struct {
+	RV            uint64
+	Seen          time.Time // when the auditor received it
+	Node          string
+	Deleted       bool
+	Labels        map[string]string
+	ClaimLabel    string // "" when there is no claim
+	Claim         claim.Claim
+	ClaimErr      error
+	Unschedulable bool
+	Ready         bool
+	BootID        string
+}
+
+// Holding reports whether the node holds a slot at this revision: its claim
+// label says holding, or says something unknown (which counts as holding).
+func (s NodeState) Holding() bool {
+	switch claim.State(s.ClaimLabel) {
+	case "", claim.Waiting, claim.Entering:
+		return false
+	}
+	return !s.Deleted
+}
+
+// Auditor records every change of every Node, in resourceVersion order,
+// through one admin watch, and checks the invariants over the record.
+type Auditor struct {
+	cp *ControlPlane
+	// Scope, when set, limits the checks to the nodes it accepts (the
+	// nodes of one test, on a control plane that several tests share).
+	Scope func(node string) bool
+
+	mu      sync.Mutex
+	history []NodeState
+	lastRV  uint64
+	err     error
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// StartAuditor lists the Nodes and watches them from that revision on.
+func (cp *ControlPlane) StartAuditor(ctx context.Context) (*Auditor, error) {
+	list, err := cp.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("auditor: list nodes: %w", err)
+	}
+	a := &Auditor{cp: cp, done: make(chan struct{})}
+	for i := range list.Items {
+		a.record(&list.Items[i], false, list.ResourceVersion)
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.AllowWatchBookmarks = true
+			return cp.Admin.CoreV1().Nodes().Watch(ctx, o)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("auditor: watch nodes: %w", err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	a.cancel = cancel
+	go a.run(wctx, w)
+	return a, nil
+}
+
+func (a *Auditor) run(ctx context.Context, w *watchtools.RetryWatcher) {
+	defer close(a.done)
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				a.mu.Lock()
+				a.err = errors.New("auditor: watch ended")
+				a.mu.Unlock()
+				return
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified, watch.Deleted:
+				n := ev.Object.(*corev1.Node)
+				a.record(n, ev.Type == watch.Deleted, n.ResourceVersion)
+			case watch.Bookmark:
+				if m, err := metaRV(ev.Object); err == nil {
+					a.mu.Lock()
+					a.lastRV = max(a.lastRV, m)
+					a.mu.Unlock()
+				}
+			case watch.Error:
+				a.mu.Lock()
+				a.err = fmt.Errorf("auditor: watch error: %v", ev.Object)
+				a.mu.Unlock()
+			}
+		}
+	}
+}
+
+func metaRV(obj any) (uint64, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return 0, errors.New("not a node")
+	}
+	return strconv.ParseUint(n.ResourceVersion, 10, 64)
+}
+
+func (a *Auditor) record(n *corev1.Node, deleted bool, rv string) {
+	v, _ := strconv.ParseUint(rv, 10, 64)
+	s := NodeState{
+		RV: v, Seen: time.Now(), Node: n.Name, Deleted: deleted,
+		Labels:        maps.Clone(n.Labels),
+		ClaimLabel:    n.Labels[claim.Label],
+		Unschedulable: n.Spec.Unschedulable,
+		Ready:         NodeReady(n),
+		BootID:        n.Status.NodeInfo.BootID,
+	}
+	if s.ClaimLabel != "" || n.Annotations[claim.Annotation] != "" {
+		s.Claim, s.ClaimErr = claim.Parse(s.ClaimLabel, n.Annotations[claim.Annotation])
+	}
+	a.mu.Lock()
+	a.history = append(a.history, s)
+	a.lastRV = max(a.lastRV, v)
+	a.mu.Unlock()
+}
+
+// Stop ends the watch.
+func (a *Auditor) Stop() {
+	a.cancel()
+	<-a.done
+}
+
+// Sync waits until the auditor has seen every change made so far.
+func (a *Auditor) Sync(ctx context.Context) error {
+	list, err := a.cp.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	want, err := strconv.ParseUint(list.ResourceVersion, 10, 64)
+	if err != nil {
+		return err
+	}
+	// The list's revision may belong to another kind of object; the newest
+	// node revision at or below it is what the watch must reach.
+	var newest uint64
+	for _, n := range list.Items {
+		v, _ := strconv.ParseUint(n.ResourceVersion, 10, 64)
+		newest = max(newest, v)
+	}
+	want = min(want, newest)
+	for {
+		a.mu.Lock()
+		last, err := a.lastRV, a.err
+		a.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if last >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("auditor at revision %d, want %d: %w", last, want, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// History returns the recorded states in revision order.
+func (a *Auditor) History() []NodeState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.history)
+}
+
+// Violation is a broken invariant at a revision.
+type Violation struct {
+	RV   uint64
+	Node string
+	What string
+}
+
+func (v Violation) String() string { return fmt.Sprintf("rv %d, node %s: %s", v.RV, v.Node, v.What) }
+
+// Check runs every check and returns the violations as one error.
+func (a *Auditor) Check(limits claim.Limits) error {
+	var all []Violation
+	all = append(all, a.CheckLimits(limits)...)
+	all = append(all, a.CheckRebootsHeld()...)
+	all = append(all, a.CheckReleases()...)
+	all = append(all, a.CheckNotLeftCordoned()...)
+	a.mu.Lock()
+	err := a.err
+	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	lines := make([]string, 0, len(all))
+	for _, v := range all {
+		lines = append(lines, v.String())
+	}
+	return fmt.Errorf("%d invariant violation(s):\n  %s", len(all), strings.Join(lines, "\n  "))
+}
+
+// walk calls f after each recorded change with the state of every node at
+// that revision, and the previous state of the node that changed.
+func (a *Auditor) walk(f func(cur map[string]NodeState, changed NodeState, prev NodeState, hadPrev bool)) {
+	cur := map[string]NodeState{}
+	for _, s := range a.History() {
+		if a.Scope != nil && !a.Scope(s.Node) {
+			continue
+		}
+		prev, had := cur[s.Node]
+		if s.Deleted {
+			delete(cur, s.Node)
+		} else {
+			cur[s.Node] = s
+		}
+		f(cur, s, prev, had)
+	}
+}
+
+// CheckLimits: at every revision, no more holders than limits.Concurrency
+// in the cluster, and no more than each group's max among nodes with the
+// same value of the group's label (nodes without the label are not
+// counted in that group).
+func (a *Auditor) CheckLimits(limits claim.Limits) []Violation {
+	var out []Violation
+	a.walk(func(cur map[string]NodeState, s NodeState, _ NodeState, _ bool) {
+		var holders []string
+		for name, st := range cur {
+			if st.Holding() {
+				holders = append(holders, name)
+			}
+		}
+		slices.Sort(holders)
+		if len(holders) > limits.Concurrency {
+			out = append(out, Violation{s.RV, s.Node, fmt.Sprintf("%d holders %v, limit %d", len(holders), holders, limits.Concurrency)})
+		}
+		for _, g := range limits.Groups {
+			per := map[string][]string{}
+			for _, name := range holders {
+				if v, ok := cur[name].Labels[g.Label]; ok {
+					per[v] = append(per[v], name)
+				}
+			}
+			for v, names := range per {
+				if len(names) > g.Max {
+					out = append(out, Violation{s.RV, s.Node, fmt.Sprintf("%d holders %v in %s=%s, limit %d", len(names), names, g.Label, v, g.Max)})
+				}
+			}
+		}
+	})
+	return out
+}
+
+// CheckRebootsHeld: a node's boot ID changes only while it holds a slot.
+func (a *Auditor) CheckRebootsHeld() []Violation {
+	var out []Violation
+	a.walk(func(_ map[string]NodeState, s NodeState, prev NodeState, had bool) {
+		if had && !s.Deleted && prev.BootID != "" && s.BootID != prev.BootID && !prev.Holding() {
+			out = append(out, Violation{s.RV, s.Node, fmt.Sprintf("rebooted (boot %s -> %s) without holding a slot (claim %q)", short(prev.BootID), short(s.BootID), prev.ClaimLabel)})
+		}
+	})
+	return out
+}
+
+// CheckReleases: a holder gives up its claim only after a reboot (a boot ID
+// other than the one it held the slot in), or after recording that it
+// aborted before rebooting with the node back as it found it; a deleted
+// Node takes its claim with it.
+func (a *Auditor) CheckReleases() []Violation {
+	var out []Violation
+	heldIn := map[string]string{} // node -> boot ID when it became holding
+	a.walk(func(_ map[string]NodeState, s NodeState, prev NodeState, had bool) {
+		if s.Deleted {
+			delete(heldIn, s.Node)
+			return
+		}
+		if s.Holding() {
+			if !had || !prev.Holding() {
+				heldIn[s.Node] = s.BootID
+			}
+			return
+		}
+		if !had || !prev.Holding() {
+			return
+		}
+		defer delete(heldIn, s.Node)
+		switch {
+		case s.BootID != heldIn[s.Node]:
+		case prev.Claim.Phase == claim.PhaseAborted && prev.Unschedulable == prev.Claim.WasUnschedulable:
+		default:
+			out = append(out, Violation{s.RV, s.Node, fmt.Sprintf("released the slot in the boot it took it in (%s), phase %q, without aborting", short(s.BootID), prev.Claim.Phase)})
+		}
+	})
+	return out
+}
+
+// CheckNotLeftCordoned: a node that kured-host cordoned (it became
+// unschedulable while holding, and the claim says it was schedulable
+// before) is schedulable again once it no longer takes part.
+func (a *Auditor) CheckNotLeftCordoned() []Violation {
+	cordoned := map[string]uint64{}
+	last := map[string]NodeState{}
+	a.walk(func(_ map[string]NodeState, s NodeState, prev NodeState, had bool) {
+		last[s.Node] = s
+		switch {
+		case s.Deleted, !s.Unschedulable:
+			delete(cordoned, s.Node)
+		case had && !prev.Unschedulable && s.Holding() && !s.Claim.WasUnschedulable:
+			cordoned[s.Node] = s.RV
+		}
+	})
+	var out []Violation
+	for node, rv := range cordoned {
+		if st := last[node]; st.ClaimLabel == "" {
+			out = append(out, Violation{rv, node, "cordoned by kured-host (at this revision) and left cordoned after giving up its claim"})
+		}
+	}
+	slices.SortFunc(out, func(x, y Violation) int { return int(x.RV) - int(y.RV) })
+	return out
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
