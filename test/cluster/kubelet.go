@@ -142,7 +142,7 @@ func (k *kubelet) renewLease(ctx context.Context) error {
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: k.h.Name, Namespace: corev1.NamespaceNodeLease},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(k.h.Name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(k.h.Name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
 		}, metav1.CreateOptions{})
 		return err
 	}

@@ -88,7 +88,10 @@ func TestNodePermissions(t *testing.T) {
 			_, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + me.Name})
 			return err
 		}},
-		{"get its own pod", true, func(ctx context.Context) error { _, err := c.CoreV1().Pods(ns).Get(ctx, mine, metav1.GetOptions{}); return err }},
+		{"get its own pod", true, func(ctx context.Context) error {
+			_, err := c.CoreV1().Pods(ns).Get(ctx, mine, metav1.GetOptions{})
+			return err
+		}},
 		{"evict its own pod", true, evict(mineToEvict)},
 		{"delete its own pod", true, func(ctx context.Context) error {
 			return c.CoreV1().Pods(ns).Delete(ctx, mineToDelete, metav1.DeleteOptions{})
@@ -121,12 +124,26 @@ func TestNodePermissions(t *testing.T) {
 		{"taint its own Node", false, patch(me.Name, `{"spec":{"taints":[{"key":"kured-host.dev/rebooting","effect":"PreferNoSchedule"}]}}`)},
 		{"set a node-restriction.kubernetes.io label", false, patch(me.Name, `{"metadata":{"labels":{"node-restriction.kubernetes.io/x":"y"}}}`)},
 		{"set a node-role.kubernetes.io label", false, patch(me.Name, `{"metadata":{"labels":{"node-role.kubernetes.io/rebooting":""}}}`)},
-		{"list all pods", false, func(ctx context.Context) error { _, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); return err }},
-		{"get another node's pod", false, func(ctx context.Context) error { _, err := c.CoreV1().Pods(ns).Get(ctx, theirs, metav1.GetOptions{}); return err }},
+		{"list all pods", false, func(ctx context.Context) error {
+			_, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"get another node's pod", false, func(ctx context.Context) error {
+			_, err := c.CoreV1().Pods(ns).Get(ctx, theirs, metav1.GetOptions{})
+			return err
+		}},
 		{"evict another node's pod", false, evict(theirs)},
-		{"delete another node's pod", false, func(ctx context.Context) error { return c.CoreV1().Pods(ns).Delete(ctx, theirs, metav1.DeleteOptions{}) }},
-		{"get a DaemonSet", false, func(ctx context.Context) error { _, err := c.AppsV1().DaemonSets(ns).Get(ctx, "agent", metav1.GetOptions{}); return err }},
-		{"get a ConfigMap", false, func(ctx context.Context) error { _, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "settings", metav1.GetOptions{}); return err }},
+		{"delete another node's pod", false, func(ctx context.Context) error {
+			return c.CoreV1().Pods(ns).Delete(ctx, theirs, metav1.DeleteOptions{})
+		}},
+		{"get a DaemonSet", false, func(ctx context.Context) error {
+			_, err := c.AppsV1().DaemonSets(ns).Get(ctx, "agent", metav1.GetOptions{})
+			return err
+		}},
+		{"get a ConfigMap", false, func(ctx context.Context) error {
+			_, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "settings", metav1.GetOptions{})
+			return err
+		}},
 		{"create a Lease elsewhere", false, func(ctx context.Context) error {
 			_, err := c.CoordinationV1().Leases("default").Create(ctx, &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: "kured-host"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(me.Name)},
