@@ -127,6 +127,31 @@ func TestSimHostRegistration(t *testing.T) {
 	if u := r.Status.UserInfo; u.Username != "system:node:"+h.Name || !contains(u.Groups, "system:nodes") {
 		t.Errorf("identity %q %v", u.Username, u.Groups)
 	}
+	// A rotated certificate (new file, symlink swapped) is what a client
+	// built from the kubeconfig now presents, and it is accepted.
+	before, err := os.ReadFile(filepath.Join(h.Root, CurrentCert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.RotateCert(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.ReadFile(filepath.Join(h.Root, CurrentCert))
+	if err != nil || string(after) == string(before) {
+		t.Fatalf("certificate not rotated: %v", err)
+	}
+	cfg2, err := clientcmd.BuildConfigFromFlags("", filepath.Join(h.Root, KubeconfigPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client2, err := kubernetes.NewForConfig(cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client2.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("rotated certificate refused: %v", err)
+	}
+
 	// The not-ready taint the lifecycle stand-in manages is gone once Ready.
 	waitFor(t, ctx, "no not-ready taint", func() bool {
 		for _, tn := range getNode(t, ctx, h.Name).Spec.Taints {
