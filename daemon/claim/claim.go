@@ -72,10 +72,13 @@ type Claim struct {
 	Limits  Limits    `json:"limits"`
 	// Groups are the node's label values for each group rule, recorded when
 	// announcing; a holder counts in these groups.
-	Groups           map[string]string `json:"groups,omitempty"`
-	BootID           string            `json:"bootID,omitempty"`
-	Phase            Phase             `json:"phase,omitempty"`
-	WasUnschedulable bool              `json:"wasUnschedulable"`
+	Groups map[string]string `json:"groups,omitempty"`
+	// Acquired is the owner's clock when it committed (holding); the
+	// holder alarm and the optional TTL count from it.
+	Acquired         *time.Time `json:"acquired,omitempty"`
+	BootID           string     `json:"bootID,omitempty"`
+	Phase            Phase      `json:"phase,omitempty"`
+	WasUnschedulable bool       `json:"wasUnschedulable"`
 	// ReleaseAt is when the release delay ends, persisted so that a restart
 	// does not cut it short.
 	ReleaseAt *time.Time `json:"releaseAt,omitempty"`

@@ -1,0 +1,140 @@
+package claim
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// decodeSnapshot turns fuzz bytes into a small snapshot: up to 6 nodes in
+// zones a, b or none, in any state (unreadable ones too), publishing
+// concurrency 1-3 and maybe a zone rule, some with a recorded zone other
+// than their label; plus the deciding node's own configuration.
+func decodeSnapshot(data []byte) (snap []Participant, own Limits) {
+	next := func() int {
+		if len(data) == 0 {
+			return 0
+		}
+		b := data[0]
+		data = data[1:]
+		return int(b)
+	}
+	own = Limits{Concurrency: 1 + next()%3}
+	if m := next() % 3; m > 0 {
+		own.Groups = []GroupLimit{{zoneLabel, m}}
+	}
+	n := 1 + next()%6
+	zones := []string{"", "a", "b"}
+	for i := range n {
+		state := []State{Waiting, Entering, Holding, Holding, "broken"}[next()%5]
+		zoneMax := next() % 3
+		p := node(fmt.Sprintf("n%d", i), state, zones[next()%3], next()%4, 1+next()%3, zoneMax)
+		if state == "broken" {
+			p.Claim = Claim{State: Holding, Phase: PhaseUnknown, Limits: Limits{Concurrency: 1}}
+			p.Err = ErrUnparsable
+		}
+		if r := next() % 4; r == 0 && p.Claim.State.Active() {
+			p.Claim.Groups = map[string]string{zoneLabel: zones[1+next()%2]}
+		}
+		p.Ready = next()%5 != 0
+		snap = append(snap, p)
+	}
+	return snap, own
+}
+
+// unsafe returns the first active claim that is in a domain with more
+// active claims than the limit it published for that domain, or "".
+func unsafe(snap []Participant, now time.Time, ttl time.Duration) string {
+	var act []Participant
+	for _, p := range snap {
+		if p.active(now, ttl) {
+			act = append(act, p)
+		}
+	}
+	for _, p := range act {
+		for _, d := range domainsOf(p, []Limits{p.Claim.Limits}) {
+			lim, ok := d.limit([]Limits{p.Claim.Limits})
+			if !ok {
+				continue
+			}
+			n := 0
+			for _, q := range act {
+				if d.contains(q) {
+					n++
+				}
+			}
+			if n > lim {
+				return fmt.Sprintf("%s: %d active in %s, it published %d", p.Name, n, d, lim)
+			}
+		}
+	}
+	return ""
+}
+
+// FuzzRules: from any safe snapshot, a node that Verify lets commit keeps
+// the snapshot safe (with its claim publishing the stricter of its
+// configuration and what it published), and the set Eligibility admits
+// is safe too. Nothing panics on any input.
+func FuzzRules(f *testing.F) {
+	f.Add([]byte{1, 1, 4, 1, 1, 0, 1, 0, 0, 1, 2, 1, 2, 1, 1, 0, 1})
+	f.Add([]byte{2, 2, 6, 2, 1, 1, 0, 2, 1, 3, 2, 2, 1, 1, 0, 0, 2, 0, 1, 3, 2, 2, 1})
+	f.Add([]byte{0, 0, 3, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 1, 2, 2, 2, 2, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		snap, own := decodeSnapshot(data)
+		now := t0
+		if msg := unsafe(snap, now, 0); msg != "" {
+			t.Skip("the snapshot is not safe to begin with:", msg)
+		}
+		q := Eligibility(snap, now, 0, nil)
+		admitted := map[string]bool{}
+		for _, n := range q.Admitted {
+			admitted[n] = true
+		}
+		var as []Participant
+		for _, p := range snap {
+			if admitted[p.Name] {
+				p.Claim.State = Holding
+				as = append(as, p)
+			}
+		}
+		if msg := unsafe(as, now, 0); msg != "" {
+			t.Fatalf("eligibility admitted an unsafe set %v: %s", q.Admitted, msg)
+		}
+		for i, self := range snap {
+			if self.Claim.State != Entering || self.Err != nil {
+				continue
+			}
+			v := Verify(self, own, snap, now, 0)
+			if v.Decision != Commit {
+				continue
+			}
+			after := append([]Participant(nil), snap...)
+			after[i].Claim.State = Holding
+			after[i].Claim.Limits = stricter(own, self.Claim.Limits)
+			if msg := unsafe(after, now, 0); msg != "" {
+				t.Fatalf("%s committed into an unsafe state: %s", self.Name, msg)
+			}
+		}
+	})
+}
+
+// stricter is what a node publishes when it announces: the smaller of its
+// configuration and what it published before, rule by rule.
+func stricter(a, b Limits) Limits {
+	out := Limits{Concurrency: min(a.Concurrency, b.Concurrency)}
+	for _, l := range []Limits{a, b} {
+		for _, g := range l.Groups {
+			found := false
+			for i := range out.Groups {
+				if out.Groups[i].Label == g.Label {
+					out.Groups[i].Max = min(out.Groups[i].Max, g.Max)
+					found = true
+				}
+			}
+			if !found {
+				out.Groups = append(out.Groups, g)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,316 @@
+package claim
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Participant is a node that takes part, as one snapshot shows it.
+type Participant struct {
+	Name   string
+	Labels map[string]string // the Node's current labels
+	Ready  bool
+	Claim  Claim
+	// Err says why the claim could not be read. Such a claim counts as
+	// holding when its label is active or unknown, and is ignored when its
+	// label says waiting.
+	Err error
+}
+
+// active reports whether p takes a unit of capacity. No clock enters this
+// unless the operator turned the TTL on: then a holder whose slot is older
+// than ttl is counted out (a readable claim only).
+func (p Participant) active(now time.Time, ttl time.Duration) bool {
+	if !p.Claim.State.Active() {
+		return false
+	}
+	return !(ttl > 0 && p.Err == nil && p.Claim.State == Holding && p.Claim.Acquired != nil && now.Sub(*p.Claim.Acquired) > ttl)
+}
+
+// values are the values of label under which p counts: the one recorded in
+// its claim (frozen when it announced) and the node's current one when it
+// differs.
+func (p Participant) values(label string) []string {
+	var vs []string
+	if v, ok := p.Claim.Groups[label]; ok {
+		vs = append(vs, v)
+	}
+	if v, ok := p.Labels[label]; ok && !slices.Contains(vs, v) {
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// precedes is the queue order: earlier `since` first, then the name.
+func precedes(a, b Participant) bool {
+	if !a.Claim.Since.Equal(b.Claim.Since) {
+		return a.Claim.Since.Before(b.Claim.Since)
+	}
+	return a.Name < b.Name
+}
+
+func byQueueOrder(a, b Participant) int {
+	return cmp.Or(a.Claim.Since.Compare(b.Claim.Since), strings.Compare(a.Name, b.Name))
+}
+
+// domain is where a limit applies: the whole cluster (label "") or the nodes
+// sharing a value of a group label.
+type domain struct{ label, value string }
+
+func (d domain) String() string {
+	if d.label == "" {
+		return "the cluster"
+	}
+	return d.label + "=" + d.value
+}
+
+func (d domain) contains(p Participant) bool {
+	return d.label == "" || slices.Contains(p.values(d.label), d.value)
+}
+
+// limit is the smallest limit any of ls sets for d; false if none sets one.
+func (d domain) limit(ls []Limits) (int, bool) {
+	lim, found := 0, false
+	for _, l := range ls {
+		v, ok := l.Concurrency, d.label == ""
+		if !ok {
+			for _, g := range l.Groups {
+				if g.Label == d.label && (!ok || g.Max < v) {
+					v, ok = g.Max, true
+				}
+			}
+		}
+		if ok && (!found || v < lim) {
+			lim, found = v, true
+		}
+	}
+	return lim, found
+}
+
+// domainsOf lists the domains p is in under the group rules that any of
+// rules names.
+func domainsOf(p Participant, rules []Limits) []domain {
+	ds := []domain{{}}
+	var labels []string
+	for _, l := range rules {
+		for _, g := range l.Groups {
+			if !slices.Contains(labels, g.Label) {
+				labels = append(labels, g.Label)
+			}
+		}
+	}
+	slices.Sort(labels)
+	for _, label := range labels {
+		for _, v := range p.values(label) {
+			ds = append(ds, domain{label, v})
+		}
+	}
+	return ds
+}
+
+func limitsOf(ps []Participant) []Limits {
+	ls := make([]Limits, len(ps))
+	for i, p := range ps {
+		ls[i] = p.Claim.Limits
+	}
+	return ls
+}
+
+func names(ps []Participant) string {
+	ns := make([]string, len(ps))
+	for i, p := range ps {
+		ns[i] = p.Name
+	}
+	return strings.Join(ns, ", ")
+}
+
+// Decision is what a node that announced (entering) does after verifying.
+type Decision int
+
+// Decisions.
+const (
+	Commit   Decision = iota + 1 // every limit holds with this node in: take the slot
+	Stay                         // only entering claims behind this node are in the way: they will step back
+	StepBack                     // a holder, or an entering claim ahead, is in the way: back to waiting
+)
+
+func (d Decision) String() string {
+	switch d {
+	case Commit:
+		return "commit"
+	case Stay:
+		return "stay entering"
+	case StepBack:
+		return "step back"
+	}
+	return fmt.Sprintf("Decision(%d)", int(d))
+}
+
+// Verdict is a decision and, when it is not Commit, why.
+type Verdict struct {
+	Decision Decision
+	Reason   string
+}
+
+// Verify decides for self, whose claim is entering, over a consistent
+// snapshot. own is self's configuration. For every domain self is in (the
+// cluster, and each group rule that self's configuration, its published
+// claim or any active claim names, on self's label values), the limit is
+// the smallest of own, self's published limits and those published by the
+// active claims in that domain. Commit if the active claims plus self fit
+// in every domain; otherwise stay if the holders plus the entering claims
+// ahead of self fit; otherwise step back. A domain self is not in never
+// blocks it.
+func Verify(self Participant, own Limits, snap []Participant, now time.Time, ttl time.Duration) Verdict {
+	var others []Participant
+	for _, p := range snap {
+		if p.Name != self.Name && p.active(now, ttl) {
+			others = append(others, p)
+		}
+	}
+	rules := append([]Limits{own, self.Claim.Limits}, limitsOf(others)...)
+	v := Verdict{Decision: Commit}
+	for _, d := range domainsOf(self, rules) {
+		var members []Participant
+		for _, p := range others {
+			if d.contains(p) {
+				members = append(members, p)
+			}
+		}
+		lim, ok := d.limit(append([]Limits{own, self.Claim.Limits}, limitsOf(members)...))
+		if !ok || len(members)+1 <= lim {
+			continue
+		}
+		ahead := slices.DeleteFunc(slices.Clone(members), func(p Participant) bool {
+			return p.Claim.State == Entering && p.Err == nil && precedes(self, p)
+		})
+		full := fmt.Sprintf("%s is full: %d of %d taken (%s)", d, len(members), lim, names(members))
+		switch {
+		case len(ahead)+1 > lim:
+			return Verdict{Decision: StepBack, Reason: full}
+		case v.Decision == Commit:
+			v = Verdict{Decision: Stay, Reason: full + "; the entering ones behind this node will step back"}
+		}
+	}
+	return v
+}
+
+// Queue is the fair order of one snapshot (eligibility, step 2 of the
+// protocol): the active claims, then the waiting ones in (since, name)
+// order, each admitted if it fits with everything admitted before it.
+// Only limits published in claims count, so that every node computes the
+// same queue from the same snapshot. A waiting node is eligible when it is
+// admitted.
+type Queue struct {
+	Admitted []string          // active claims, then admitted waiting ones
+	Waiting  []string          // every waiting claim, in queue order
+	Blocked  map[string]string // waiting node -> which limit keeps it out
+	Skipped  map[string]string // waiting node -> why it was passed over
+}
+
+// Eligibility computes the queue. skip reports waiting nodes to pass over
+// (their daemon seems gone: eligible for longer than the grace period
+// without announcing); waiting nodes that are not Ready are passed over
+// too, and unreadable waiting claims are ignored.
+func Eligibility(snap []Participant, now time.Time, ttl time.Duration, skip func(name string) bool) Queue {
+	q := Queue{Blocked: map[string]string{}, Skipped: map[string]string{}}
+	var admitted, waiting []Participant
+	for _, p := range snap {
+		switch {
+		case p.active(now, ttl):
+			admitted = append(admitted, p)
+		case p.Claim.State == Waiting && p.Err == nil:
+			waiting = append(waiting, p)
+		}
+	}
+	slices.SortFunc(admitted, byQueueOrder)
+	slices.SortFunc(waiting, byQueueOrder)
+	for _, p := range admitted {
+		q.Admitted = append(q.Admitted, p.Name)
+	}
+	for _, w := range waiting {
+		q.Waiting = append(q.Waiting, w.Name)
+		switch {
+		case !w.Ready:
+			q.Skipped[w.Name] = "the node is not Ready"
+			continue
+		case skip != nil && skip(w.Name):
+			q.Skipped[w.Name] = "it did not take its turn in time (its daemon may be gone)"
+			continue
+		}
+		if why := blocks(w, admitted); why != "" {
+			q.Blocked[w.Name] = why
+			continue
+		}
+		admitted = append(admitted, w)
+		q.Admitted = append(q.Admitted, w.Name)
+	}
+	return q
+}
+
+// blocks says which limit keeps w out of the admitted set, or "".
+func blocks(w Participant, admitted []Participant) string {
+	rules := append([]Limits{w.Claim.Limits}, limitsOf(admitted)...)
+	for _, d := range domainsOf(w, rules) {
+		var members []Participant
+		for _, p := range admitted {
+			if d.contains(p) {
+				members = append(members, p)
+			}
+		}
+		lim, ok := d.limit(append([]Limits{w.Claim.Limits}, limitsOf(members)...))
+		if ok && len(members)+1 > lim {
+			return fmt.Sprintf("%s is full: %d of %d (%s)", d, len(members), lim, names(members))
+		}
+	}
+	return ""
+}
+
+// Position is name's place among the waiting claims (0 = first), or -1.
+func (q Queue) Position(name string) int { return slices.Index(q.Waiting, name) }
+
+// Eligible reports whether name is a waiting claim that was admitted.
+func (q Queue) Eligible(name string) bool {
+	return slices.Contains(q.Waiting, name) && slices.Contains(q.Admitted, name)
+}
+
+// Alarm is a claim that has kept its place longer than it should.
+type Alarm struct {
+	Node  string
+	State State
+	Age   time.Duration
+	What  string
+}
+
+// Alarms lists the active claims older than their alarm age (holding:
+// since it committed; entering: since it announced), and the claims that
+// cannot be read. They keep their place: the alarm says what to do.
+func Alarms(snap []Participant, now time.Time, holdAge, enterAge time.Duration) []Alarm {
+	var out []Alarm
+	for _, p := range snap {
+		switch {
+		case p.Err != nil:
+			out = append(out, Alarm{Node: p.Name, State: p.Claim.State, What: fmt.Sprintf(
+				"claim cannot be read (%v); it counts as holding a slot until it is fixed or removed", p.Err)})
+		case p.Claim.State == Holding:
+			since := p.Claim.Updated
+			if p.Claim.Acquired != nil {
+				since = *p.Claim.Acquired
+			}
+			if age := now.Sub(since); age > holdAge {
+				out = append(out, Alarm{Node: p.Name, State: Holding, Age: age, What: fmt.Sprintf(
+					"has held a reboot slot for %s (phase %q): bring the node back, delete its Node object, or remove its claim by hand", age.Round(time.Second), p.Claim.Phase)})
+			}
+		case p.Claim.State == Entering:
+			if age := now.Sub(p.Claim.Updated); age > enterAge {
+				out = append(out, Alarm{Node: p.Name, State: Entering, Age: age, What: fmt.Sprintf(
+					"has been taking a slot for %s, which normally takes a second: its daemon is probably gone; removing its claim by hand is safe", age.Round(time.Second))})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Alarm) int { return strings.Compare(a.Node, b.Node) })
+	return out
+}
