@@ -14,7 +14,7 @@ SHELL_FILES := packaging/version.sh packaging/deb/postinst packaging/deb/prerm p
 export CGO_ENABLED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help build test unit lint package test-packages test-integration tools clean
+.PHONY: help build test unit lint package test-packages test-integration model-full tools clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -41,6 +41,9 @@ test-integration: ## tests against a real kube-apiserver (test/cluster)
 	@echo "(about 20 minutes and 3 GB on 2 cores); later builds take about 20 s."
 	cd test/cluster && CGO_ENABLED=1 $(GO) vet ./... && CGO_ENABLED=1 $(GO) test -count=1 -timeout 30m ./...
 
+model-full: tools ## the spin model with every fault at once (minutes, 3 GB); make test runs the rest
+	KURED_HOST_MODEL_FULL=1 $(GO) test -count=1 -v -timeout 60m -run 'TestModel/safety_with_crashes,_lost' ./model/
+
 package: ## build dist/*.deb and dist/*.rpm for amd64 and arm64
 	@rm -f $(DIST)/*.deb $(DIST)/*.rpm
 	@for arch in $(ARCHES); do \
@@ -59,7 +62,7 @@ test-packages: package ## inspect the built packages with dpkg-deb, rpm and lint
 	  $(GO) test -count=1 -v -run 'TestPackages' ./packaging/
 
 tools: ## install the Debian tools the tests use, when missing
-	@tools/need.sh shellcheck:shellcheck rpm:rpm lintian:lintian \
+	@tools/need.sh shellcheck:shellcheck rpm:rpm lintian:lintian spin:spin \
 	  systemd-analyze:systemd dpkg-deb:dpkg gcc:gcc
 
 clean: ## remove build output
