@@ -1,0 +1,720 @@
+// Package lock is the slot lock against the Kubernetes API: each node keeps
+// its claim on its own Node object, with its own credentials, and takes one
+// of the reboot slots by the protocol of docs/claims.md: join (waiting),
+// wait until eligible (from a watch of the claimed nodes only), announce
+// (entering), verify from a consistent List, commit (holding) or step back,
+// and release after the reboot. Every write is conditional on the Node
+// being as this daemon last read or wrote it.
+package lock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+)
+
+// Errors callers act on.
+var (
+	// ErrLost means the claim is gone or no longer this daemon's: someone
+	// removed it, or it was never there. Never recreate it as holding.
+	ErrLost = errors.New("claim lost")
+	// ErrNotJoined means there is no claim to acquire; Join first.
+	ErrNotJoined = errors.New("not in the queue")
+)
+
+// Options configure a Lock.
+type Options struct {
+	Client kubernetes.Interface // the node's own credentials
+	Node   string
+	// Limits is this node's configuration: concurrency and group rules.
+	Limits claim.Limits
+	// WaitingGrace passes over a waiting node that stays eligible this long
+	// without announcing (its daemon seems gone).
+	WaitingGrace time.Duration
+	// TTL counts out holders older than this; 0 (the default) never does.
+	TTL time.Duration
+	// AlarmAge and EnteringAlarmAge raise alarms for old claims.
+	AlarmAge, EnteringAlarmAge time.Duration
+	// Now is this host's clock (claims' updated and acquired times).
+	Now func() time.Time
+	// ServerNow is the API server's clock, for the queue order (since).
+	ServerNow func() time.Time
+	// BootID returns the current boot's ID.
+	BootID func() (string, error)
+	Log    *slog.Logger
+	// OnAlarm is told about alarms (events, metrics); may be nil.
+	OnAlarm func(claim.Alarm)
+	// Rand jitters back-offs; nil uses a random source.
+	Rand *rand.Rand
+}
+
+// Lock is one node's side of the slot lock.
+type Lock struct {
+	o   Options
+	log *slog.Logger
+
+	nodes   corelisters.NodeLister
+	changed chan struct{}
+
+	mu  sync.Mutex
+	own ownClaim
+	// firstEligible is when this daemon first saw each other waiting node
+	// eligible; after WaitingGrace it is passed over.
+	firstEligible map[string]time.Time
+	status        Status
+	alarmed       map[string]bool
+}
+
+// ownClaim is the node's claim as this daemon last read or wrote it.
+type ownClaim struct {
+	uid    types.UID
+	rv     string
+	state  claim.State // "" for none
+	claim  claim.Claim
+	labels map[string]string
+}
+
+// Status is the lock's view for the operator (sd_notify, status).
+type Status struct {
+	State    claim.State
+	Position int    // place among the waiting nodes, from 0; -1 when not waiting
+	Reason   string // why it is not yet taking a slot
+}
+
+// New creates a Lock; Start must be called before Acquire.
+func New(o Options) *Lock {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ServerNow == nil {
+		o.ServerNow = o.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Rand == nil {
+		o.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	return &Lock{
+		o: o, log: o.Log.With("component", "lock"),
+		changed:       make(chan struct{}, 1),
+		firstEligible: map[string]time.Time{},
+		alarmed:       map[string]bool{},
+		status:        Status{Position: -1},
+	}
+}
+
+// Start watches the nodes that take part (those with a claim label) until
+// ctx ends, and returns once the cache is filled.
+func (l *Lock) Start(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(l.o.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.Label }))
+	inf := factory.Core().V1().Nodes()
+	l.nodes = inf.Lister()
+	notify := func(any) { l.poke() }
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: notify, UpdateFunc: func(_, n any) { notify(n) }, DeleteFunc: notify,
+	}); err != nil {
+		return fmt.Errorf("watch claimed nodes: %w", err)
+	}
+	factory.Start(ctx.Done())
+	go func() {
+		<-ctx.Done()
+		factory.Shutdown()
+	}()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("watch claimed nodes: cache of %v not filled: %w", typ, context.Cause(ctx))
+		}
+	}
+	return nil
+}
+
+func (l *Lock) poke() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Status returns the lock's current view.
+func (l *Lock) Status() Status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.status
+}
+
+func (l *Lock) setStatus(s Status) {
+	l.mu.Lock()
+	l.status = s
+	l.mu.Unlock()
+}
+
+// Own reads the node's claim with a consistent GET (never a cache) and
+// remembers it as the base of the next conditional write.
+func (l *Lock) Own(ctx context.Context) (claim.Claim, claim.State, error) {
+	n, err := l.o.Client.CoreV1().Nodes().Get(ctx, l.o.Node, metav1.GetOptions{})
+	if err != nil {
+		return claim.Claim{}, "", fmt.Errorf("read own node %s: %w", l.o.Node, err)
+	}
+	return l.remember(n)
+}
+
+func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
+	o := ownClaim{uid: n.UID, rv: n.ResourceVersion, labels: n.Labels}
+	var err error
+	if lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]; lv != "" || ann != "" {
+		o.claim, err = claim.Parse(lv, ann)
+		o.state = claim.State(lv)
+		if err != nil {
+			err = fmt.Errorf("own claim on %s: %w", l.o.Node, err)
+		}
+	}
+	l.mu.Lock()
+	l.own = o
+	l.mu.Unlock()
+	return o.claim, o.state, err
+}
+
+func (l *Lock) current() ownClaim {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.own
+}
+
+// errConflict: the Node changed since this daemon read it.
+var errConflict = errors.New("node changed since it was read")
+
+// write replaces the node's claim (state "" removes it), on condition that
+// the Node is still at the resourceVersion this daemon last saw. The label
+// and the annotation change together. An error other than errConflict
+// leaves the outcome unknown: callers re-read with Own.
+func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (claim.Claim, error) {
+	cur := l.current()
+	var label, ann any // nil removes
+	if state != "" {
+		c.State = state
+		c.Updated = l.o.Now().UTC().Truncate(time.Millisecond)
+		s, err := c.Marshal()
+		if err != nil {
+			return claim.Claim{}, err
+		}
+		label, ann = string(state), s
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": cur.rv,
+		"labels":          map[string]any{claim.Label: label},
+		"annotations":     map[string]any{claim.Annotation: ann},
+	}})
+	if err != nil {
+		return claim.Claim{}, err
+	}
+	n, err := l.o.Client.CoreV1().Nodes().Patch(ctx, l.o.Node, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "kured-host"})
+	switch {
+	case apierrors.IsConflict(err):
+		return claim.Claim{}, errConflict
+	case err != nil:
+		return claim.Claim{}, fmt.Errorf("write claim %s on %s: %w", stateName(state), l.o.Node, err)
+	}
+	if n.UID != cur.uid && cur.uid != "" {
+		return claim.Claim{}, fmt.Errorf("%w: node %s was recreated", ErrLost, l.o.Node)
+	}
+	got, _, err := l.remember(n)
+	return got, err
+}
+
+func stateName(s claim.State) string {
+	if s == "" {
+		return "removal"
+	}
+	return string(s)
+}
+
+// Join puts the node in the queue (waiting). The queue order comes from the
+// API server's clock.
+func (l *Lock) Join(ctx context.Context) error {
+	for {
+		cur := l.current()
+		if cur.state != "" {
+			return nil
+		}
+		groups := map[string]string{}
+		for _, g := range l.o.Limits.Groups {
+			if v, ok := cur.labels[g.Label]; ok {
+				groups[g.Label] = v
+			}
+		}
+		c := claim.Claim{Since: l.o.ServerNow().UTC().Truncate(time.Millisecond), Limits: l.o.Limits, Groups: groups}
+		_, err := l.write(ctx, claim.Waiting, c)
+		if err == nil {
+			l.log.Info("joined the queue for a reboot slot")
+			return nil
+		}
+		if err := l.reread(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// reread handles a failed write: a conflict or an unknown outcome means
+// reading the claim again and deciding from what is really there.
+func (l *Lock) reread(ctx context.Context, werr error) error {
+	if errors.Is(werr, ErrLost) {
+		return werr
+	}
+	if !errors.Is(werr, errConflict) {
+		l.log.Warn("claim write failed; reading the claim again", "err", werr)
+		if err := sleep(ctx, l.jitter(200*time.Millisecond)); err != nil {
+			return err
+		}
+	}
+	_, _, err := l.Own(ctx)
+	if err != nil && !errors.Is(err, claim.ErrUnparsable) {
+		return err
+	}
+	return nil
+}
+
+// Acquire takes a slot: from waiting it waits until eligible and
+// announces; from entering it verifies, then commits, stays entering or
+// steps back. It returns the holding claim, ErrNotJoined if there is no
+// claim, or ErrLost if the claim disappeared.
+func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
+	backoff := 200 * time.Millisecond
+	var stayingSince time.Time
+	for {
+		cur := l.current()
+		switch cur.state {
+		case "":
+			return claim.Claim{}, ErrNotJoined
+		case claim.Holding:
+			l.setStatus(Status{State: claim.Holding, Position: -1})
+			return cur.claim, nil
+		case claim.Waiting:
+			stayingSince = time.Time{}
+			if err := l.waitEligible(ctx); err != nil {
+				return claim.Claim{}, err
+			}
+			if err := l.announce(ctx); err != nil {
+				return claim.Claim{}, err
+			}
+		case claim.Entering:
+			v, err := l.verify(ctx)
+			if err != nil {
+				return claim.Claim{}, err
+			}
+			switch v.Decision {
+			case claim.Commit:
+				if err := l.commit(ctx); err != nil {
+					return claim.Claim{}, err
+				}
+				backoff = 200 * time.Millisecond
+			case claim.Stay:
+				if stayingSince.IsZero() {
+					stayingSince = l.o.Now()
+				}
+				// Entering claims behind this one step back when they
+				// verify; if they stay, their daemons are gone, and they
+				// keep their units, so give way.
+				if l.o.Now().Sub(stayingSince) > 5*time.Second {
+					if err := l.stepBack(ctx, v.Reason+"; they have not stepped back"); err != nil {
+						return claim.Claim{}, err
+					}
+					continue
+				}
+				l.setStatus(Status{State: claim.Entering, Position: -1, Reason: v.Reason})
+				if err := l.waitChange(ctx, l.jitter(250*time.Millisecond)); err != nil {
+					return claim.Claim{}, err
+				}
+			case claim.StepBack:
+				if err := l.stepBack(ctx, v.Reason); err != nil {
+					return claim.Claim{}, err
+				}
+				if err := sleep(ctx, l.jitter(backoff)); err != nil {
+					return claim.Claim{}, err
+				}
+				backoff = min(2*backoff, 5*time.Second)
+			}
+		default:
+			return claim.Claim{}, fmt.Errorf("own claim is in state %q, which this daemon does not write: %w", cur.state, ErrLost)
+		}
+	}
+}
+
+// jitter returns a duration in [d, 2d).
+func (l *Lock) jitter(d time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return d + time.Duration(l.o.Rand.Int64N(int64(d)))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// waitChange waits for a change to a claimed node, or at most d.
+func (l *Lock) waitChange(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-l.changed:
+	case <-t.C:
+	}
+	return nil
+}
+
+// snapshot is the claimed nodes as the watch cache has them, with this
+// node's own claim as this daemon knows it (the cache may lag its writes).
+func (l *Lock) snapshot() ([]claim.Participant, error) {
+	nodes, err := l.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	ps := participants(nodes)
+	cur := l.current()
+	ps = slices.DeleteFunc(ps, func(p claim.Participant) bool { return p.Name == l.o.Node })
+	if cur.state != "" {
+		ps = append(ps, claim.Participant{Name: l.o.Node, Labels: cur.labels, Ready: true, Claim: cur.claim})
+	}
+	return ps, nil
+}
+
+// participants turns Nodes into the rules' view of them.
+func participants(nodes []*corev1.Node) []claim.Participant {
+	ps := make([]claim.Participant, 0, len(nodes))
+	for _, n := range nodes {
+		lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]
+		if lv == "" && ann == "" {
+			continue
+		}
+		c, err := claim.Parse(lv, ann)
+		ps = append(ps, claim.Participant{Name: n.Name, Labels: n.Labels, Ready: nodeReady(n), Claim: c, Err: err})
+	}
+	return ps
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitEligible blocks until this node is admitted by the queue of the
+// current watch snapshot. It wakes on every change to a claimed node, so a
+// freed slot is taken as soon as the watch delivers the release.
+func (l *Lock) waitEligible(ctx context.Context) error {
+	for {
+		snap, err := l.snapshot()
+		if err != nil {
+			return err
+		}
+		now := l.o.Now()
+		q := claim.Eligibility(snap, now, l.o.TTL, l.silent(now))
+		l.noteEligible(q, now)
+		l.raiseAlarms(snap, now)
+		if q.Eligible(l.o.Node) {
+			return nil
+		}
+		reason := q.Blocked[l.o.Node]
+		if reason == "" {
+			reason = "waiting for the nodes ahead"
+		}
+		l.setStatus(Status{State: claim.Waiting, Position: q.Position(l.o.Node), Reason: reason})
+		if l.current().state != claim.Waiting {
+			return nil
+		}
+		// Re-check at least now and then: the grace for silent nodes
+		// and the alarms are about time, not changes.
+		if err := l.waitChange(ctx, l.jitter(min(l.o.WaitingGrace/4, 15*time.Second)+time.Second)); err != nil {
+			return err
+		}
+	}
+}
+
+// silent reports waiting nodes that have been eligible (in this daemon's
+// view) for longer than the grace without announcing.
+func (l *Lock) silent(now time.Time) func(string) bool {
+	l.mu.Lock()
+	first := maps(l.firstEligible)
+	l.mu.Unlock()
+	return func(name string) bool {
+		t, ok := first[name]
+		return ok && name != l.o.Node && l.o.WaitingGrace > 0 && now.Sub(t) > l.o.WaitingGrace
+	}
+}
+
+func maps(m map[string]time.Time) map[string]time.Time {
+	c := make(map[string]time.Time, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// noteEligible records when each other waiting node first became eligible
+// (or was passed over for silence), and forgets nodes that are no longer
+// waiting.
+func (l *Lock) noteEligible(q claim.Queue, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for name := range l.firstEligible {
+		if !slices.Contains(q.Waiting, name) {
+			delete(l.firstEligible, name)
+		}
+	}
+	for _, name := range q.Waiting {
+		_, skipped := q.Skipped[name]
+		if (q.Eligible(name) || skipped) && l.firstEligible[name].IsZero() {
+			l.firstEligible[name] = now
+		}
+	}
+}
+
+// raiseAlarms reports each alarm once, when it first appears.
+func (l *Lock) raiseAlarms(snap []claim.Participant, now time.Time) {
+	alarms := claim.Alarms(snap, now, l.o.AlarmAge, l.o.EnteringAlarmAge)
+	l.mu.Lock()
+	seen := map[string]bool{}
+	var fresh []claim.Alarm
+	for _, a := range alarms {
+		key := a.Node + "/" + string(a.State)
+		seen[key] = true
+		if !l.alarmed[key] {
+			fresh = append(fresh, a)
+		}
+	}
+	l.alarmed = seen
+	l.mu.Unlock()
+	for _, a := range fresh {
+		l.log.Warn("claim alarm: node "+a.Node+" "+a.What, "node", a.Node, "state", string(a.State), "age", a.Age.Round(time.Second))
+		if l.o.OnAlarm != nil {
+			l.o.OnAlarm(a)
+		}
+	}
+}
+
+// published is what this node publishes when announcing: the stricter of
+// its configuration and what its claim published before (a restarted
+// daemon with a laxer configuration keeps its published limits until it
+// releases).
+func (l *Lock) published(prev claim.Limits) claim.Limits {
+	out := claim.Limits{Concurrency: l.o.Limits.Concurrency, Groups: slices.Clone(l.o.Limits.Groups)}
+	if prev.Concurrency > 0 && prev.Concurrency < out.Concurrency {
+		out.Concurrency = prev.Concurrency
+	}
+	for _, g := range prev.Groups {
+		i := slices.IndexFunc(out.Groups, func(o claim.GroupLimit) bool { return o.Label == g.Label })
+		switch {
+		case i < 0:
+			out.Groups = append(out.Groups, g)
+		case g.Max < out.Groups[i].Max:
+			out.Groups[i].Max = g.Max
+		}
+	}
+	return out
+}
+
+// announce writes entering, freezing the published limits and the node's
+// group label values.
+func (l *Lock) announce(ctx context.Context) error {
+	for {
+		cur := l.current()
+		if cur.state != claim.Waiting {
+			return nil
+		}
+		c := cur.claim
+		c.Limits = l.published(c.Limits)
+		c.Groups = map[string]string{}
+		for _, g := range c.Limits.Groups {
+			if v, ok := cur.labels[g.Label]; ok {
+				c.Groups[g.Label] = v
+			}
+		}
+		_, err := l.write(ctx, claim.Entering, c)
+		if err == nil {
+			l.log.Info("eligible: announcing (entering)")
+			return nil
+		}
+		if err := l.reread(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// verify reads a consistent snapshot (a List served from etcd's current
+// revision, never a cache) and decides. It also checks that the claim in
+// that snapshot is still the one this daemon announced.
+func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
+	cur := l.current()
+	if want := l.published(cur.claim.Limits); !limitsEqual(want, cur.claim.Limits) {
+		// The configuration got stricter since the announce (a restart
+		// with a new config): announce the stricter limits before
+		// verifying against them.
+		c := cur.claim
+		c.Limits = want
+		if _, err := l.write(ctx, claim.Entering, c); err != nil {
+			return claim.Verdict{Decision: claim.Stay}, l.reread(ctx, err)
+		}
+		cur = l.current()
+	}
+	list, err := l.o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: claim.Label})
+	if err != nil {
+		return claim.Verdict{}, fmt.Errorf("verify: list claimed nodes: %w", err)
+	}
+	var self *corev1.Node
+	nodes := make([]*corev1.Node, len(list.Items))
+	for i := range list.Items {
+		nodes[i] = &list.Items[i]
+		if nodes[i].Name == l.o.Node {
+			self = nodes[i]
+		}
+	}
+	if self == nil || self.UID != cur.uid || self.Annotations[claim.Annotation] != mustMarshal(cur.claim) {
+		// Not what we announced: decide from what is really there.
+		l.log.Warn("own claim changed under this daemon; reading it again")
+		if err := l.reread(ctx, errConflict); err != nil {
+			return claim.Verdict{}, err
+		}
+		return claim.Verdict{Decision: claim.Stay}, nil
+	}
+	l.mu.Lock()
+	l.own.rv = self.ResourceVersion
+	l.mu.Unlock()
+	ps := participants(nodes)
+	var me claim.Participant
+	for _, p := range ps {
+		if p.Name == l.o.Node {
+			me = p
+		}
+	}
+	now := l.o.Now()
+	l.raiseAlarms(ps, now)
+	return claim.Verify(me, l.o.Limits, ps, now, l.o.TTL), nil
+}
+
+func mustMarshal(c claim.Claim) string {
+	s, err := c.Marshal()
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+func limitsEqual(a, b claim.Limits) bool {
+	return a.Concurrency == b.Concurrency && slices.Equal(a.Groups, b.Groups)
+}
+
+// commit writes holding, with the boot ID of this boot, conditional on the
+// Node being as the verify read it.
+func (l *Lock) commit(ctx context.Context) error {
+	cur := l.current()
+	boot, err := l.o.BootID()
+	if err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	c := cur.claim
+	now := l.o.Now().UTC().Truncate(time.Millisecond)
+	c.Acquired, c.BootID, c.Phase = &now, boot, claim.PhaseAcquired
+	if _, err := l.write(ctx, claim.Holding, c); err != nil {
+		return l.reread(ctx, err)
+	}
+	l.log.Info("took a reboot slot (holding)")
+	return nil
+}
+
+// stepBack returns to waiting, keeping the place in the queue.
+func (l *Lock) stepBack(ctx context.Context, reason string) error {
+	cur := l.current()
+	l.log.Info("stepping back to waiting", "reason", reason)
+	if _, err := l.write(ctx, claim.Waiting, cur.claim); err != nil {
+		return l.reread(ctx, err)
+	}
+	l.setStatus(Status{State: claim.Waiting, Position: -1, Reason: reason})
+	return nil
+}
+
+// Update changes the holder's claim (phase, boot ID, ...) with a
+// conditional write; it fails with ErrLost if the claim is no longer this
+// node's holding claim.
+func (l *Lock) Update(ctx context.Context, change func(*claim.Claim)) (claim.Claim, error) {
+	for {
+		cur := l.current()
+		if cur.state != claim.Holding {
+			return claim.Claim{}, fmt.Errorf("update claim: it is %q: %w", stateName(cur.state), ErrLost)
+		}
+		c := cur.claim
+		change(&c)
+		got, err := l.write(ctx, claim.Holding, c)
+		if err == nil {
+			return got, nil
+		}
+		if err := l.reread(ctx, err); err != nil {
+			return claim.Claim{}, err
+		}
+	}
+}
+
+// Confirm checks with a consistent GET that the node still holds its slot
+// (same Node object, claim holding) before a disruptive step.
+func (l *Lock) Confirm(ctx context.Context) (claim.Claim, error) {
+	before := l.current()
+	c, state, err := l.Own(ctx)
+	if err != nil {
+		return claim.Claim{}, err
+	}
+	after := l.current()
+	if state != claim.Holding || (before.uid != "" && after.uid != before.uid) {
+		return claim.Claim{}, fmt.Errorf("confirm slot: the claim is %q: %w", stateName(state), ErrLost)
+	}
+	return c, nil
+}
+
+// Release removes the claim (label and annotation together), from any
+// state: after the reboot, or to leave the queue.
+func (l *Lock) Release(ctx context.Context) error {
+	for {
+		cur := l.current()
+		if cur.state == "" {
+			return nil
+		}
+		_, err := l.write(ctx, "", claim.Claim{})
+		if err == nil {
+			l.log.Info("released the claim", "was", string(cur.state))
+			l.setStatus(Status{Position: -1})
+			return nil
+		}
+		if err := l.reread(ctx, err); err != nil {
+			return err
+		}
+	}
+}
