@@ -314,3 +314,37 @@ func Alarms(snap []Participant, now time.Time, holdAge, enterAge time.Duration) 
 	slices.SortFunc(out, func(a, b Alarm) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
+
+// Yield reports whether self, entering, should give way to a waiting node
+// ahead of it in the queue: it computes the queue as if self and the
+// entering claims behind it were still waiting (holders and entering
+// claims ahead keep their places) and says whether self would be
+// admitted. Giving way is only about fairness (a node that announced from
+// a stale view steps back for the one whose turn it is); stepping back is
+// always safe.
+func Yield(self Participant, snap []Participant, now time.Time, ttl time.Duration, skip func(string) bool) (bool, string) {
+	view := make([]Participant, 0, len(snap))
+	for _, p := range snap {
+		if p.Claim.State == Entering && p.Err == nil && (p.Name == self.Name || precedes(self, p)) {
+			p.Claim.State = Waiting
+			if p.Name == self.Name {
+				p.Ready = true // it is running this code
+			}
+		}
+		view = append(view, p)
+	}
+	q := Eligibility(view, now, ttl, func(n string) bool { return n != self.Name && skip != nil && skip(n) })
+	if q.Eligible(self.Name) {
+		return false, ""
+	}
+	var ahead []string
+	for _, n := range q.Admitted {
+		if i := slices.IndexFunc(view, func(p Participant) bool { return p.Name == n && p.Claim.State == Waiting }); i >= 0 {
+			ahead = append(ahead, n)
+		}
+	}
+	if why := q.Blocked[self.Name]; why != "" {
+		return true, fmt.Sprintf("giving way: %s (next: %s)", why, strings.Join(ahead, ", "))
+	}
+	return true, "giving way to " + strings.Join(ahead, ", ")
+}

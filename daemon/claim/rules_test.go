@@ -192,3 +192,32 @@ func TestAlarms(t *testing.T) {
 		}
 	}
 }
+
+func TestYield(t *testing.T) {
+	tests := []struct {
+		name   string
+		self   Participant
+		others []Participant
+		yield  bool
+	}{
+		{"nobody ahead", node("n", Entering, "a", 5, 1, 0), []Participant{node("w", Waiting, "b", 9, 1, 0)}, false},
+		{"a waiting node ahead takes the one free slot", node("n", Entering, "a", 5, 1, 0), []Participant{node("w", Waiting, "b", 1, 1, 0)}, true},
+		{"room for both", node("n", Entering, "a", 5, 2, 0), []Participant{node("w", Waiting, "b", 1, 2, 0)}, false},
+		{"entering behind yields to us, not we to it", node("n", Entering, "a", 1, 1, 0), []Participant{node("e", Entering, "b", 5, 1, 0)}, false},
+		{"waiting ahead in a full zone does not hold us up", node("n", Entering, "b", 5, 2, 1), []Participant{
+			node("h", Holding, "a", 0, 2, 1), node("w", Waiting, "a", 1, 2, 1)}, false},
+		{"a NotReady waiting node ahead is passed over", node("n", Entering, "a", 5, 1, 0), []Participant{func() Participant {
+			p := node("w", Waiting, "b", 1, 1, 0)
+			p.Ready = false
+			return p
+		}()}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, why := Yield(tt.self, append([]Participant{tt.self}, tt.others...), t0, 0, nil)
+			if got != tt.yield {
+				t.Errorf("yield %v (%s), want %v", got, why, tt.yield)
+			}
+		})
+	}
+}

@@ -81,6 +81,9 @@ type Lock struct {
 	firstEligible map[string]time.Time
 	status        Status
 	alarmed       map[string]bool
+	// failures counts writes in a row that failed other than by a
+	// conflict, for back-off.
+	failures int
 }
 
 // ownClaim is the node's claim as this daemon last read or wrote it.
@@ -237,6 +240,9 @@ func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (cla
 	if n.UID != cur.uid && cur.uid != "" {
 		return claim.Claim{}, fmt.Errorf("%w: node %s was recreated", ErrLost, l.o.Node)
 	}
+	l.mu.Lock()
+	l.failures = 0
+	l.mu.Unlock()
 	got, _, err := l.remember(n)
 	return got, err
 }
@@ -281,8 +287,12 @@ func (l *Lock) reread(ctx context.Context, werr error) error {
 		return werr
 	}
 	if !errors.Is(werr, errConflict) {
-		l.log.Warn("claim write failed; reading the claim again", "err", werr)
-		if err := sleep(ctx, l.jitter(200*time.Millisecond)); err != nil {
+		l.mu.Lock()
+		l.failures++
+		wait := min(200*time.Millisecond<<min(l.failures-1, 8), 30*time.Second)
+		l.mu.Unlock()
+		l.log.Warn("claim write failed; reading the claim again", "err", werr, "retry_in", wait)
+		if err := sleep(ctx, l.jitter(wait)); err != nil {
 			return err
 		}
 	}
@@ -619,7 +629,15 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	}
 	now := l.o.Now()
 	l.raiseAlarms(ps, now)
-	return claim.Verify(me, l.o.Limits, ps, now, l.o.TTL), nil
+	v := claim.Verify(me, l.o.Limits, ps, now, l.o.TTL)
+	if v.Decision != claim.StepBack {
+		// Fairness: a node that announced from a stale view gives way to
+		// a waiting node whose turn it is. Stepping back is always safe.
+		if yield, why := claim.Yield(me, ps, now, l.o.TTL, l.silent(now)); yield {
+			return claim.Verdict{Decision: claim.StepBack, Reason: why}, nil
+		}
+	}
+	return v, nil
 }
 
 func mustMarshal(c claim.Claim) string {

@@ -208,6 +208,7 @@ func (v Violation) String() string { return fmt.Sprintf("rv %d, node %s: %s", v.
 func (a *Auditor) Check(limits claim.Limits) error {
 	var all []Violation
 	all = append(all, a.CheckLimits(limits)...)
+	all = append(all, a.CheckPublishedLimits()...)
 	all = append(all, a.CheckRebootsHeld()...)
 	all = append(all, a.CheckReleases()...)
 	all = append(all, a.CheckNotLeftCordoned()...)
@@ -352,4 +353,106 @@ func short(id string) string {
 		return id[:8]
 	}
 	return id
+}
+
+// CheckPublishedLimits is the protocol's own safety claim: at every
+// revision, no holder is in a domain (the cluster, or a group of its
+// published rules, on its recorded or current label values) with more
+// holders than the limit it published. With nodes configured differently
+// this is stricter than any single limit.
+func (a *Auditor) CheckPublishedLimits() []Violation {
+	var out []Violation
+	a.walk(func(cur map[string]NodeState, s NodeState, _ NodeState, _ bool) {
+		var holders []NodeState
+		for _, st := range cur {
+			if st.Holding() {
+				holders = append(holders, st)
+			}
+		}
+		for _, h := range holders {
+			if h.ClaimErr != nil {
+				continue
+			}
+			if n := len(holders); n > h.Claim.Limits.Concurrency {
+				out = append(out, Violation{s.RV, h.Node, fmt.Sprintf("%d holders; it published concurrency %d", n, h.Claim.Limits.Concurrency)})
+			}
+			for _, g := range h.Claim.Limits.Groups {
+				for _, v := range groupValues(h, g.Label) {
+					n := 0
+					for _, o := range holders {
+						if slices.Contains(groupValues(o, g.Label), v) {
+							n++
+						}
+					}
+					if n > g.Max {
+						out = append(out, Violation{s.RV, h.Node, fmt.Sprintf("%d holders in %s=%s; it published %d", n, g.Label, v, g.Max)})
+					}
+				}
+			}
+		}
+	})
+	return out
+}
+
+// groupValues are the values of label a node counts under: recorded in
+// its claim and current.
+func groupValues(s NodeState, label string) []string {
+	var vs []string
+	if v, ok := s.Claim.Groups[label]; ok {
+		vs = append(vs, v)
+	}
+	if v, ok := s.Labels[label]; ok && !slices.Contains(vs, v) {
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// Acquisition is one slot taken and given back.
+type Acquisition struct {
+	Node               string
+	Held, Released     NodeState // the revisions where the claim became holding and went away
+	ReleasedOK         bool      // false while still holding
+	BootHeld, BootLeft string
+}
+
+// Acquisitions lists every slot taken, in the order taken.
+func (a *Auditor) Acquisitions() []Acquisition {
+	var out []Acquisition
+	open := map[string]int{}
+	a.walk(func(_ map[string]NodeState, s NodeState, prev NodeState, had bool) {
+		wasHolding := had && prev.Holding()
+		switch {
+		case s.Holding() && !wasHolding:
+			open[s.Node] = len(out)
+			out = append(out, Acquisition{Node: s.Node, Held: s, BootHeld: s.BootID})
+		case !s.Holding() && wasHolding:
+			if i, ok := open[s.Node]; ok {
+				out[i].Released, out[i].ReleasedOK, out[i].BootLeft = s, true, s.BootID
+				delete(open, s.Node)
+			}
+		}
+	})
+	return out
+}
+
+// MaxHolders is the most holders seen at once in the cluster, and in any
+// one value of label (if label is not "").
+func (a *Auditor) MaxHolders(label string) (cluster, group int) {
+	a.walk(func(cur map[string]NodeState, _ NodeState, _ NodeState, _ bool) {
+		n := 0
+		per := map[string]int{}
+		for _, st := range cur {
+			if st.Holding() {
+				n++
+				if v, ok := st.Labels[label]; ok && label != "" {
+					per[v]++
+				}
+			}
+		}
+		cluster = max(cluster, n)
+		for _, c := range per {
+			group = max(group, c)
+		}
+	})
+	return cluster, group
 }

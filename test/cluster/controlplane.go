@@ -341,3 +341,14 @@ func (cp *ControlPlane) startDisruptionController() error {
 	})
 	return nil
 }
+
+// UserClient returns a client for user in groups, with a certificate from
+// the harness's client CA.
+func (cp *ControlPlane) UserClient(user string, groups []string) (kubernetes.Interface, error) {
+	certPEM, keyPEM, err := cp.CA.ClientCert(user, groups, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &rest.Config{Host: cp.Server, QPS: -1, TLSClientConfig: rest.TLSClientConfig{CAData: cp.ServerCA, CertData: certPEM, KeyData: keyPEM}}
+	return kubernetes.NewForConfig(cfg)
+}

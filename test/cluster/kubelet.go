@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -10,10 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -61,47 +62,46 @@ func (k *kubelet) register(ctx context.Context) error {
 	return k.setReady(ctx, true, "KubeletReady", "kubelet is posting ready status")
 }
 
-// setReady sets the Ready condition and the boot ID in the Node's status.
+// setReady sets the Ready condition and the boot ID in the Node's status,
+// with a strategic merge patch of the status as the kubelet sends it (an
+// update of the whole object could carry stale taints, which a node may
+// not change).
 func (k *kubelet) setReady(ctx context.Context, ready bool, reason, message string) error {
 	nodes := k.h.Client.CoreV1().Nodes()
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := nodes.Get(ctx, k.h.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		status := corev1.ConditionFalse
-		if ready {
-			status = corev1.ConditionTrue
-		}
-		now := metav1.Now()
-		cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: reason, Message: message,
-			LastHeartbeatTime: now, LastTransitionTime: now}
-		found := false
-		for i, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				if c.Status == status {
-					cond.LastTransitionTime = c.LastTransitionTime
-				}
-				n.Status.Conditions[i] = cond
-				found = true
-			}
-		}
-		if !found {
-			n.Status.Conditions = append(n.Status.Conditions, cond)
-		}
-		n.Status.NodeInfo.BootID = k.h.BootID()
-		n.Status.NodeInfo.KubeletVersion = "v1.37.2"
-		n.Status.NodeInfo.OperatingSystem = "linux"
-		n.Status.NodeInfo.Architecture = "amd64"
-		n.Status.Capacity = corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("4"),
-			corev1.ResourceMemory: resource.MustParse("8Gi"),
-			corev1.ResourcePods:   resource.MustParse("110"),
-		}
-		n.Status.Allocatable = n.Status.Capacity
-		_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	n, err := nodes.Get(ctx, k.h.Name, metav1.GetOptions{})
+	if err != nil {
 		return err
-	})
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	now := metav1.Now()
+	cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: reason, Message: message,
+		LastHeartbeatTime: now, LastTransitionTime: now}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == status {
+			cond.LastTransitionTime = c.LastTransitionTime
+		}
+	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("4"),
+		corev1.ResourceMemory: resource.MustParse("8Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{
+		"conditions":  []corev1.NodeCondition{cond},
+		"capacity":    capacity,
+		"allocatable": capacity,
+		"nodeInfo": map[string]any{
+			"bootID": k.h.BootID(), "kubeletVersion": "v1.37.2", "operatingSystem": "linux", "architecture": "amd64",
+		},
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = nodes.Patch(ctx, k.h.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
 }
 
 // run keeps the lease fresh and looks after the node's pods until ctx ends.

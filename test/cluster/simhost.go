@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -81,10 +83,12 @@ type SimHost struct {
 }
 
 type service struct {
-	name string
-	run  func(ctx context.Context) error
-	cmd  func() *exec.Cmd
-	proc *exec.Cmd
+	name   string
+	run    func(ctx context.Context) error
+	cmd    func() *exec.Cmd
+	proc   *exec.Cmd
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // AddHost creates a host, registers its Node through its kubelet stand-in
@@ -274,11 +278,17 @@ func (h *SimHost) addService(s *service) {
 	}
 }
 
-func (h *SimHost) startService(ctx context.Context, s *service) {
+func (h *SimHost) startService(bootCtx context.Context, s *service) {
+	ctx, cancel := context.WithCancel(bootCtx)
+	done := make(chan struct{})
+	h.mu.Lock()
+	s.cancel, s.done = cancel, done
+	h.mu.Unlock()
 	if s.run != nil {
 		h.bootWG.Add(1)
 		go func() {
 			defer h.bootWG.Done()
+			defer close(done)
 			if err := s.run(ctx); err != nil && ctx.Err() == nil {
 				h.cp.logf("host %s: service %s: %v", h.Name, s.name, err)
 			}
@@ -289,25 +299,73 @@ func (h *SimHost) startService(ctx context.Context, s *service) {
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.Start(); err != nil {
 		h.cp.logf("host %s: start %s: %v", h.Name, s.name, err)
+		close(done)
 		return
 	}
 	h.mu.Lock()
 	s.proc = c
 	h.mu.Unlock()
-	h.bootWG.Add(1)
+	exited := make(chan struct{})
+	h.bootWG.Add(2)
 	go func() {
 		defer h.bootWG.Done()
+		defer close(done)
+		defer close(exited)
 		err := c.Wait()
 		if ctx.Err() == nil {
 			h.cp.logf("host %s: process %s exited: %v", h.Name, s.name, err)
 		}
 	}()
-	h.bootWG.Add(1)
 	go func() {
 		defer h.bootWG.Done()
-		<-ctx.Done()
-		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-ctx.Done():
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		case <-exited:
+		}
 	}()
+}
+
+// RestartService kills the service name as a crash would (its context is
+// cancelled at once; a process gets SIGKILL) and, unless the host is down,
+// starts it again: the daemon dies and systemd restarts it.
+func (h *SimHost) RestartService(name string) error {
+	h.mu.Lock()
+	var s *service
+	for _, x := range h.services {
+		if x.name == name {
+			s = x
+		}
+	}
+	h.mu.Unlock()
+	if s == nil {
+		return fmt.Errorf("host %s: no service %s", h.Name, name)
+	}
+	h.mu.Lock()
+	cancel, done := s.cancel, s.done
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	h.mu.Lock()
+	up, ctx := h.up, h.bootCtx
+	s.proc = nil
+	h.mu.Unlock()
+	if up {
+		h.startService(ctx, s)
+	}
+	return nil
+}
+
+// SetReady sets the Node's Ready condition as the kubelet would report it
+// (for tests of what others do with a NotReady node).
+func (h *SimHost) SetReady(ctx context.Context, ready bool) error {
+	k := &kubelet{h: h}
+	if ready {
+		return k.setReady(ctx, true, "KubeletReady", "kubelet is posting ready status")
+	}
+	return k.setReady(ctx, false, "KubeletNotReady", "set by the test")
 }
 
 // Process returns the running process of the service name, or nil.
@@ -457,3 +515,16 @@ func (cp *ControlPlane) Host(name string) *SimHost {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// RemoveHost powers the host off for good and deletes its Node, so that a
+// later test may use the name again.
+func (cp *ControlPlane) RemoveHost(ctx context.Context, h *SimHost) {
+	h.Shutdown()
+	err := cp.Admin.CoreV1().Nodes().Delete(ctx, h.Name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		cp.logf("remove host %s: %v", h.Name, err)
+	}
+	cp.mu.Lock()
+	delete(cp.hosts, h.Name)
+	cp.mu.Unlock()
+}

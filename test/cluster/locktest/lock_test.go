@@ -1,0 +1,459 @@
+package locktest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/test/cluster"
+)
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func limits(conc, zoneMax int) claim.Limits {
+	l := claim.Limits{Concurrency: conc}
+	if zoneMax > 0 {
+		l.Groups = []claim.GroupLimit{{Label: zoneLabel, Max: zoneMax}}
+	}
+	return l
+}
+
+// TestSeedScenario is the kured pull request's scenario: eight nodes,
+// concurrency 2, every node needing a reboot at once. Never more than two
+// hold a slot, each node holds exactly once, and the slots go in queue
+// order: (since, name).
+func TestSeedScenario(t *testing.T) {
+	ctx := ctxFor(t, 3*time.Minute)
+	var specs []hostSpec
+	for i := range 8 {
+		specs = append(specs, hostSpec{name: fmt.Sprintf("aks-nodepool1-14327021-vmss%06d", i), limits: limits(2, 1), hold: 300 * time.Millisecond})
+	}
+	f := newFleet(t, ctx, specs)
+	f.rebootAll()
+	f.waitDone(ctx, f.hosts, 2)
+	f.check(ctx, limits(2, 0))
+
+	acq := f.a.Acquisitions()
+	perNode := map[string]int{}
+	for _, a := range acq {
+		perNode[a.Node]++
+		if !a.ReleasedOK || a.BootLeft == a.BootHeld {
+			t.Errorf("%s: released %v, boot %s -> %s", a.Node, a.ReleasedOK, a.BootHeld, a.BootLeft)
+		}
+	}
+	for _, h := range f.hosts {
+		if perNode[h.Name] != 1 || h.Boots() != 2 {
+			t.Errorf("%s held %d time(s) and booted %d time(s), want 1 and 2", h.Name, perNode[h.Name], h.Boots())
+		}
+	}
+	if most, _ := f.a.MaxHolders(""); most != 2 {
+		t.Errorf("at most %d held at once, want 2 (the limit, used)", most)
+	}
+	// Hand-offs in (since, name) order: once slots are being handed off
+	// (after the first release; the first ones go to whoever joined and
+	// announced first in the same instant), no node takes a slot while a
+	// node ahead of it in the queue is still waiting.
+	firstRelease := acq[0].Released.RV
+	for _, a := range acq {
+		firstRelease = min(firstRelease, a.Released.RV)
+	}
+	state := map[string]cluster.NodeState{}
+	for _, s := range f.a.History() {
+		prev := state[s.Node]
+		state[s.Node] = s
+		if s.RV <= firstRelease || !s.Holding() || prev.Holding() {
+			continue
+		}
+		for _, o := range state {
+			if o.ClaimLabel == string(claim.Waiting) && queuedBefore(o, s) {
+				t.Errorf("%s took a slot at revision %d while %s, ahead of it in the queue, was waiting", s.Node, s.RV, o.Node)
+			}
+		}
+	}
+}
+
+func queuedBefore(a, b cluster.NodeState) bool {
+	if !a.Claim.Since.Equal(b.Claim.Since) {
+		return a.Claim.Since.Before(b.Claim.Since)
+	}
+	return a.Node < b.Node
+}
+
+// TestZones: six nodes in three zones, concurrency 2, one per zone.
+func TestZones(t *testing.T) {
+	ctx := ctxFor(t, 3*time.Minute)
+	var specs []hostSpec
+	for i := range 6 {
+		specs = append(specs, hostSpec{name: fmt.Sprintf("zones-%d", i), zone: fmt.Sprintf("zone-%c", 'a'+i%3), limits: limits(2, 1), hold: 300 * time.Millisecond})
+	}
+	f := newFleet(t, ctx, specs)
+	f.rebootAll()
+	f.waitDone(ctx, f.hosts, 2)
+	f.check(ctx, limits(2, 1))
+	if cluster, zone := f.a.MaxHolders(zoneLabel); cluster != 2 || zone != 1 {
+		t.Errorf("most holders at once: %d in the cluster, %d in a zone; want 2 and 1", cluster, zone)
+	}
+}
+
+// TestSkipOver: nine nodes in three zones, concurrency 3, one per zone;
+// zone a's first holder takes long. The other zones keep going meanwhile.
+func TestSkipOver(t *testing.T) {
+	ctx := ctxFor(t, 3*time.Minute)
+	var specs []hostSpec
+	for i := range 9 {
+		s := hostSpec{name: fmt.Sprintf("skip-%c%d", 'a'+i%3, i/3), zone: fmt.Sprintf("zone-%c", 'a'+i%3), limits: limits(3, 1), hold: 200 * time.Millisecond}
+		if i == 0 {
+			s.hold = 6 * time.Second // zone a is blocked by its first node
+		}
+		specs = append(specs, s)
+	}
+	f := newFleet(t, ctx, specs)
+	f.rebootAll()
+	f.waitDone(ctx, f.hosts, 2)
+	f.check(ctx, limits(3, 1))
+	var slow cluster.Acquisition
+	for _, a := range f.a.Acquisitions() {
+		if a.Node == "skip-a0" {
+			slow = a
+		}
+	}
+	if slow.Node == "" {
+		t.Fatal("skip-a0 never held")
+	}
+	doneMeanwhile := 0
+	for _, a := range f.a.Acquisitions() {
+		if a.Node != "skip-a0" && !strings.HasPrefix(a.Node, "skip-a") && a.Released.RV < slow.Released.RV && a.Held.RV > slow.Held.RV {
+			doneMeanwhile++
+		}
+	}
+	// b1, b2, c1, c2 (and b0, c0 if they came after a0) go while a0 holds.
+	if doneMeanwhile < 4 {
+		t.Errorf("only %d nodes of zones b and c rebooted while zone a was blocked", doneMeanwhile)
+	}
+}
+
+// TestMixedConfiguration: nodes configured with concurrency 3 and others
+// with 1 (a roll-out of a configuration change). While a concurrency-1
+// claim is active nobody else holds: every holder's published limit holds.
+func TestMixedConfiguration(t *testing.T) {
+	ctx := ctxFor(t, 3*time.Minute)
+	var specs []hostSpec
+	for i := range 6 {
+		conc := 3
+		if i%3 == 0 {
+			conc = 1
+		}
+		specs = append(specs, hostSpec{name: fmt.Sprintf("mixed-%d", i), limits: limits(conc, 0), hold: 300 * time.Millisecond})
+	}
+	f := newFleet(t, ctx, specs)
+	f.rebootAll()
+	f.waitDone(ctx, f.hosts, 2)
+	f.check(ctx, limits(3, 0)) // includes CheckPublishedLimits
+	if most, _ := f.a.MaxHolders(""); most < 2 {
+		t.Errorf("at most %d held at once: the concurrency-3 nodes should have overlapped", most)
+	}
+}
+
+// TestStress: 30 nodes over 3 zones, concurrency 3, one per zone, random
+// delays before every step, random daemon crashes (the service is killed
+// and restarted, resuming from its claim), and nodes asking for new
+// reboots, until several hundred slots have been taken. The auditor must
+// find nothing. The seed is printed; KURED_HOST_STRESS_SEED replays one.
+func TestStress(t *testing.T) {
+	seeds := []uint64{1, 2}
+	if s := os.Getenv("KURED_HOST_STRESS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds = []uint64{v}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { stress(t, seed, 30, 300) })
+	}
+}
+
+func stress(t *testing.T, seed uint64, nodes, want int) {
+	t.Logf("seed %d (replay with KURED_HOST_STRESS_SEED=%d)", seed, seed)
+	ctx := ctxFor(t, 8*time.Minute)
+	r := rand.New(rand.NewPCG(seed, seed))
+	var mu sync.Mutex
+	pace := uniformPace(r, &mu, 60*time.Millisecond)
+	var specs []hostSpec
+	for i := range nodes {
+		specs = append(specs, hostSpec{name: fmt.Sprintf("s%d-%02d", seed, i), zone: fmt.Sprintf("zone-%c", 'a'+i%3),
+			limits: limits(3, 1), hold: 20 * time.Millisecond, pace: pace, grace: 5 * time.Second})
+	}
+	f := newFleet(t, ctx, specs)
+	f.rebootAll()
+	crashes := 0
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		acq := f.a.Acquisitions()
+		if len(acq) >= want {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("only %d acquisitions", len(acq))
+		case <-tick.C:
+		}
+		mu.Lock()
+		h := f.hosts[r.IntN(len(f.hosts))]
+		crash := r.IntN(4) == 0
+		again := r.IntN(3) == 0
+		mu.Unlock()
+		if crash {
+			if err := h.RestartService("kured-host"); err != nil {
+				t.Fatal(err)
+			}
+			crashes++
+		}
+		if again && h.Up() && !h.RebootRequired() {
+			if err := h.SetRebootRequired(true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Let everyone finish what they started, then check.
+	for _, h := range f.hosts {
+		if err := h.SetRebootRequired(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.waitDone(ctx, f.hosts, 1)
+	f.check(ctx, limits(3, 1))
+	acq := f.a.Acquisitions()
+	t.Logf("seed %d: %d nodes, %d acquisitions, %d daemon crashes, %d revisions audited, violations: 0",
+		seed, nodes, len(acq), crashes, len(f.a.History()))
+	if cl, z := f.a.MaxHolders(zoneLabel); cl > 3 || z > 1 {
+		t.Errorf("max holders %d, per zone %d", cl, z)
+	}
+}
+
+// writeClaim writes a claim on h by hand, with the node's own credentials,
+// as a daemon that then died would have left it.
+func writeClaim(t *testing.T, ctx context.Context, h *cluster.SimHost, label string, annotation string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"labels":      map[string]any{claim.Label: label},
+		"annotations": map[string]any{claim.Annotation: annotation},
+	}})
+	if _, err := h.Client.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustClaim(t *testing.T, c claim.Claim) string {
+	s, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func waitHolding(t *testing.T, ctx context.Context, name string, want bool) {
+	t.Helper()
+	for {
+		n, err := cp.Admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil && (n.Labels[claim.Label] == string(claim.Holding)) == want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s holding=%v never happened", name, want)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestDeletedHolderFreesSlot: an operator deleting a dead node's Node
+// object frees the slot it held.
+func TestDeletedHolderFreesSlot(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	f := newFleet(t, ctx, []hostSpec{
+		{name: "del-dead", limits: limits(1, 0), idle: true},
+		{name: "del-next", limits: limits(1, 0), hold: 100 * time.Millisecond},
+	})
+	dead, next := f.host("del-dead"), f.host("del-next")
+	now := time.Now().UTC()
+	writeClaim(t, ctx, dead, string(claim.Holding), mustClaim(t, claim.Claim{State: claim.Holding, Since: now, Updated: now, Acquired: &now, Limits: limits(1, 0), BootID: dead.BootID()}))
+	if err := next.SetRebootRequired(true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if next.Boots() != 1 {
+		t.Fatal("the next node rebooted while the dead one held the only slot")
+	}
+	dead.Shutdown()
+	if err := cp.Admin.CoreV1().Nodes().Delete(ctx, dead.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitDone(ctx, []*cluster.SimHost{next}, 2)
+	f.check(ctx, limits(1, 0))
+}
+
+// TestUnreadableClaimBlocksASlot: a claim nobody can parse counts as
+// holding (with the strictest limit) and is reported; once it is removed
+// the queue moves.
+func TestUnreadableClaimBlocksASlot(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	alarms := make(chan claim.Alarm, 10)
+	f := newFleet(t, ctx, []hostSpec{
+		{name: "bad-claim", idle: true},
+		{name: "bad-next", limits: limits(3, 0), hold: 100 * time.Millisecond, alarms: alarms},
+	})
+	bad, next := f.host("bad-claim"), f.host("bad-next")
+	writeClaim(t, ctx, bad, string(claim.Holding), `{"v":1,"limits":`)
+	if err := next.SetRebootRequired(true); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-alarms:
+		if a.Node != bad.Name || !strings.Contains(a.What, "cannot be read") {
+			t.Errorf("alarm %+v", a)
+		}
+	case <-ctx.Done():
+		t.Fatal("no alarm about the unreadable claim")
+	}
+	time.Sleep(500 * time.Millisecond)
+	if next.Boots() != 1 {
+		t.Fatal("a node took a slot while an unreadable claim (counted as holding, concurrency 1) was there")
+	}
+	writeClaim(t, ctx, bad, "", "")
+	f.waitDone(ctx, []*cluster.SimHost{next}, 2)
+}
+
+// TestDeadEnteringKeepsItsUnit: a node whose daemon died right after
+// announcing keeps its unit of capacity, and raises the entering alarm.
+func TestDeadEnteringKeepsItsUnit(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	alarms := make(chan claim.Alarm, 10)
+	f := newFleet(t, ctx, []hostSpec{
+		{name: "ent-dead", zone: "zone-a", idle: true},
+		{name: "ent-1", zone: "zone-b", limits: limits(2, 1), hold: 1500 * time.Millisecond, alarms: alarms},
+		{name: "ent-2", zone: "zone-c", limits: limits(2, 1), hold: 100 * time.Millisecond},
+	})
+	dead := f.host("ent-dead")
+	old := time.Now().UTC().Add(-time.Minute)
+	writeClaim(t, ctx, dead, string(claim.Entering), mustClaim(t, claim.Claim{State: claim.Entering, Since: old, Updated: old, Limits: limits(2, 1), Groups: map[string]string{zoneLabel: "zone-a"}}))
+	f.host("ent-1").SetRebootRequired(true)
+	waitHolding(t, ctx, "ent-1", true)
+	f.host("ent-2").SetRebootRequired(true)
+	// ent-2 fits in zone c, but the dead entering claim keeps the second
+	// unit: it must wait for ent-1.
+	waitHolding(t, ctx, "ent-1", false)
+	select {
+	case a := <-alarms:
+		if a.Node != dead.Name || a.State != claim.Entering {
+			t.Errorf("alarm %+v", a)
+		}
+	case <-ctx.Done():
+		t.Fatal("no alarm about the dead entering claim")
+	}
+	f.waitDone(ctx, []*cluster.SimHost{f.host("ent-1"), f.host("ent-2")}, 2)
+	if err := f.a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range f.a.Acquisitions() {
+		if a.Node == "ent-2" {
+			for _, b := range f.a.Acquisitions() {
+				if b.Node == "ent-1" && a.Held.RV < b.Released.RV {
+					t.Errorf("ent-2 held while ent-1 did, though the dead entering claim keeps a unit of concurrency 2")
+				}
+			}
+		}
+	}
+	f.check(ctx, limits(2, 1))
+}
+
+// TestDeadWaitingHead: a waiting claim at the head of the queue whose
+// daemon is gone (Node still Ready) is passed over after the grace; a
+// NotReady one at once.
+func TestDeadWaitingHead(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		notReady bool
+		min, max time.Duration
+	}{
+		{"silent but Ready", false, 2 * time.Second, 20 * time.Second},
+		{"NotReady", true, 0, 1500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t, 2*time.Minute)
+			prefix := "head-ready"
+			if tc.notReady {
+				prefix = "head-down"
+			}
+			f := newFleet(t, ctx, []hostSpec{
+				{name: prefix + "-dead", idle: true},
+				{name: prefix + "-next", limits: limits(1, 0), hold: 100 * time.Millisecond, grace: 2 * time.Second},
+			})
+			dead, next := f.host(prefix+"-dead"), f.host(prefix+"-next")
+			if tc.notReady {
+				if err := dead.SetReady(ctx, false); err != nil {
+					t.Fatal(err)
+				}
+				// Let the lifecycle stand-in taint it first: a node's write
+				// racing the controller's taint is refused (NodeRestriction).
+				for {
+					n, err := cp.Admin.CoreV1().Nodes().Get(ctx, dead.Name, metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(n.Spec.Taints) > 0 {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			old := time.Now().UTC().Add(-time.Hour)
+			writeClaim(t, ctx, dead, string(claim.Waiting), mustClaim(t, claim.Claim{State: claim.Waiting, Since: old, Updated: old, Limits: limits(1, 0)}))
+			began := time.Now()
+			if err := next.SetRebootRequired(true); err != nil {
+				t.Fatal(err)
+			}
+			waitHolding(t, ctx, next.Name, true)
+			took := time.Since(began)
+			t.Logf("passed over the dead head after %s", took.Round(10*time.Millisecond))
+			if took < tc.min || took > tc.max {
+				t.Errorf("took the slot after %s, want between %s and %s", took, tc.min, tc.max)
+			}
+		})
+	}
+}
+
+// TestAccessCheck: with the RBAC manifest the check passes; a user with
+// no such rights gets the manifest in the error.
+func TestAccessCheck(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	f := newFleet(t, ctx, []hostSpec{{name: "access-node", idle: true}})
+	if err := lock.CheckAccess(ctx, f.host("access-node").Client); err != nil {
+		t.Errorf("node identity with the manifest applied: %v", err)
+	}
+	stranger, err := cp.UserClient("stranger", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = lock.CheckAccess(ctx, stranger)
+	if err == nil || !strings.Contains(err.Error(), "may not get, list, watch Nodes") || !strings.Contains(err.Error(), "kind: ClusterRoleBinding") {
+		t.Errorf("error without the manifest: %v", err)
+	}
+}
