@@ -14,7 +14,7 @@ SHELL_FILES := packaging/version.sh packaging/deb/postinst packaging/deb/prerm p
 export CGO_ENABLED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help build test unit lint package test-packages test-integration model-full tools clean
+.PHONY: help build test unit fuzz lint package test-packages test-integration model-full bench-lock tools clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -22,10 +22,15 @@ help: ## list the targets
 build: ## build bin/kured-host for this machine (static, version from git)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kured-host ./cmd/kured-host
 
-test: tools lint unit test-packages test-integration ## everything CI runs: lint, unit tests (race), packages, cluster tests
+test: tools lint unit fuzz test-packages test-integration ## everything CI runs: lint, unit (race, model check), fuzz, packages, cluster tests
 
 unit: ## unit tests with the race detector
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+
+# The seed corpora run with the unit tests; these add a short random search.
+fuzz: ## short fuzz runs of the claim parser and the lock's rules
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 10s ./daemon/claim/
+	$(GO) test -run '^$$' -fuzz '^FuzzRules$$' -fuzztime 20s ./daemon/claim/
 
 lint: tools ## gofmt, go vet and shellcheck
 	@out=$$(gofmt -l cmd daemon packaging systemd test 2>/dev/null); \
@@ -43,6 +48,9 @@ test-integration: ## tests against a real kube-apiserver (test/cluster)
 
 model-full: tools ## the spin model with every fault at once (minutes, 3 GB); make test runs the rest
 	KURED_HOST_MODEL_FULL=1 $(GO) test -count=1 -v -timeout 60m -run 'TestModel/safety_with_crashes,_lost' ./model/
+
+bench-lock: ## hand-off latency and API requests per acquisition, 20 and 50 nodes
+	cd test/cluster && CGO_ENABLED=1 $(GO) test -run '^$$' -bench Handoff -benchtime 1x ./locktest/
 
 package: ## build dist/*.deb and dist/*.rpm for amd64 and arm64
 	@rm -f $(DIST)/*.deb $(DIST)/*.rpm

@@ -39,7 +39,7 @@ var full = run{"safety with crashes, lost replies and an admin", []string{"-DMAX
 
 var (
 	errorsRe = regexp.MustCompile(`errors: (\d+)`)
-	statesRe = regexp.MustCompile(`(\d+) states, stored`)
+	statesRe = regexp.MustCompile(`([0-9.e+]+) states, stored`)
 )
 
 func TestModel(t *testing.T) {

@@ -197,6 +197,13 @@ func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
 	return o.claim, o.state, err
 }
 
+// Known returns the claim as this daemon last read or wrote it, without a
+// request.
+func (l *Lock) Known() (claim.Claim, claim.State) {
+	cur := l.current()
+	return cur.claim, cur.state
+}
+
 func (l *Lock) current() ownClaim {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -735,4 +742,29 @@ func (l *Lock) Release(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// ReleaseAfter keeps the slot for the release delay, then releases. The
+// end of the delay is written into the claim first, so that a restarted
+// daemon waits only what is left rather than starting over or cutting it
+// short.
+func (l *Lock) ReleaseAfter(ctx context.Context, delay time.Duration) error {
+	c, state := l.Known()
+	if state == claim.Holding && delay > 0 {
+		if c.ReleaseAt == nil {
+			end := l.o.Now().Add(delay).UTC().Truncate(time.Millisecond)
+			var err error
+			c, err = l.Update(ctx, func(c *claim.Claim) { c.Phase, c.ReleaseAt = claim.PhaseReleasing, &end })
+			if err != nil {
+				return err
+			}
+		}
+		if wait := c.ReleaseAt.Sub(l.o.Now()); wait > 0 {
+			l.log.Info("holding the slot for the release delay", "left", wait.Round(time.Second))
+			if err := sleep(ctx, wait); err != nil {
+				return err
+			}
+		}
+	}
+	return l.Release(ctx)
 }

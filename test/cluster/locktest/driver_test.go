@@ -18,6 +18,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/lock"
@@ -51,13 +52,16 @@ const zoneLabel = "topology.kubernetes.io/zone"
 // crash at any point (the service is killed) resumes from the claim.
 type driver struct {
 	h      *cluster.SimHost
+	client kubernetes.Interface // for the lock; h.Client when nil
 	limits claim.Limits
 	grace  time.Duration
 	// pace is a delay before each step (random in stress tests).
 	pace func() time.Duration
 	// hold is how long the "drain" takes.
 	hold    time.Duration
-	alarms  chan claim.Alarm
+	// releaseDelay is lock.release_delay.
+	releaseDelay time.Duration
+	alarms       chan claim.Alarm
 	log     *slog.Logger
 	onStart func(l *lock.Lock)
 }
@@ -84,8 +88,12 @@ func (d *driver) bootID() (string, error) {
 }
 
 func (d *driver) run(ctx context.Context) error {
+	client := d.client
+	if client == nil {
+		client = d.h.Client
+	}
 	l := lock.New(lock.Options{
-		Client: d.h.Client, Node: d.h.Name, Limits: d.limits,
+		Client: client, Node: d.h.Name, Limits: d.limits,
 		WaitingGrace: d.grace, AlarmAge: time.Hour, EnteringAlarmAge: 2 * time.Second,
 		BootID: d.bootID, Log: d.log,
 		OnAlarm: func(a claim.Alarm) {
@@ -103,11 +111,11 @@ func (d *driver) run(ctx context.Context) error {
 	if d.onStart != nil {
 		d.onStart(l)
 	}
+	if _, _, err := l.Own(ctx); err != nil {
+		return err
+	}
 	for ctx.Err() == nil {
-		c, state, err := l.Own(ctx)
-		if err != nil {
-			return err
-		}
+		c, state := l.Known()
 		switch state {
 		case "":
 			if !d.h.RebootRequired() {
@@ -139,9 +147,16 @@ func (d *driver) run(ctx context.Context) error {
 						return err
 					}
 				}
+				if _, _, err := l.Own(ctx); err != nil {
+					return err
+				}
 				continue
 			}
 			if err != nil {
+				return err
+			}
+		default:
+			if _, _, err := l.Own(ctx); err != nil {
 				return err
 			}
 		}
@@ -168,7 +183,7 @@ func (d *driver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
 		if err := d.step(ctx); err != nil {
 			return err
 		}
-		return l.Release(ctx)
+		return l.ReleaseAfter(ctx, d.releaseDelay)
 	}
 	if err := d.step(ctx); err != nil {
 		return err
@@ -234,6 +249,8 @@ type hostSpec struct {
 	grace  time.Duration
 	alarms chan claim.Alarm
 	idle   bool // no driver
+	// releaseDelay is lock.release_delay.
+	releaseDelay time.Duration
 }
 
 func newFleet(t *testing.T, ctx context.Context, specs []hostSpec) *fleet {
@@ -270,7 +287,7 @@ func newFleet(t *testing.T, ctx context.Context, specs []hostSpec) *fleet {
 				return
 			}
 			d := &driver{h: h, limits: s.limits, grace: s.grace, pace: s.pace, hold: s.hold, alarms: s.alarms,
-				log: slog.New(slog.DiscardHandler)}
+				releaseDelay: s.releaseDelay, log: slog.New(slog.DiscardHandler)}
 			if os.Getenv("DRIVER_LOG") != "" {
 				d.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", s.name)
 			}
