@@ -58,12 +58,12 @@ type driver struct {
 	// pace is a delay before each step (random in stress tests).
 	pace func() time.Duration
 	// hold is how long the "drain" takes.
-	hold    time.Duration
+	hold time.Duration
 	// releaseDelay is lock.release_delay.
 	releaseDelay time.Duration
 	alarms       chan claim.Alarm
-	log     *slog.Logger
-	onStart func(l *lock.Lock)
+	log          *slog.Logger
+	onStart      func(l *lock.Lock)
 }
 
 func (d *driver) sleep(ctx context.Context, t time.Duration) error {
