@@ -279,10 +279,12 @@ func (q Queue) Eligible(name string) bool {
 
 // Alarm is a claim that has kept its place longer than it should.
 type Alarm struct {
-	Node  string
-	State State
-	Age   time.Duration
-	What  string
+	Node       string
+	State      State
+	Since      time.Time // what the age counts from (identifies the episode)
+	Age        time.Duration
+	Unreadable bool // the claim cannot be read (it counts as holding)
+	What       string
 }
 
 // Alarms lists the active claims older than their alarm age (holding:
@@ -293,7 +295,7 @@ func Alarms(snap []Participant, now time.Time, holdAge, enterAge time.Duration) 
 	for _, p := range snap {
 		switch {
 		case p.Err != nil:
-			out = append(out, Alarm{Node: p.Name, State: p.Claim.State, What: fmt.Sprintf(
+			out = append(out, Alarm{Node: p.Name, State: p.Claim.State, Unreadable: true, What: fmt.Sprintf(
 				"claim cannot be read (%v); it counts as holding a slot until it is fixed or removed", p.Err)})
 		case p.Claim.State == Holding:
 			since := p.Claim.Updated
@@ -301,12 +303,12 @@ func Alarms(snap []Participant, now time.Time, holdAge, enterAge time.Duration) 
 				since = *p.Claim.Acquired
 			}
 			if age := now.Sub(since); age > holdAge {
-				out = append(out, Alarm{Node: p.Name, State: Holding, Age: age, What: fmt.Sprintf(
+				out = append(out, Alarm{Node: p.Name, State: Holding, Since: since, Age: age, What: fmt.Sprintf(
 					"has held a reboot slot for %s (phase %q): bring the node back, delete its Node object, or remove its claim by hand", age.Round(time.Second), p.Claim.Phase)})
 			}
 		case p.Claim.State == Entering:
 			if age := now.Sub(p.Claim.Updated); age > enterAge {
-				out = append(out, Alarm{Node: p.Name, State: Entering, Age: age, What: fmt.Sprintf(
+				out = append(out, Alarm{Node: p.Name, State: Entering, Since: p.Claim.Updated, Age: age, What: fmt.Sprintf(
 					"has been taking a slot for %s, which normally takes a second: its daemon is probably gone; removing its claim by hand is safe", age.Round(time.Second))})
 			}
 		}

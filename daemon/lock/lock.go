@@ -60,8 +60,9 @@ type Options struct {
 	// BootID returns the current boot's ID.
 	BootID func() (string, error)
 	Log    *slog.Logger
-	// OnAlarm is told about alarms (events, metrics); may be nil.
-	OnAlarm func(claim.Alarm)
+	// Alarms is told about claims that keep their place too long (an
+	// Event, a metric); may be nil.
+	Alarms AlarmReporter
 	// Rand jitters back-offs; nil uses a random source.
 	Rand *rand.Rand
 }
@@ -458,7 +459,7 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		now := l.o.Now()
 		q := claim.Eligibility(snap, now, l.o.TTL, l.silent(now))
 		l.noteEligible(q, now)
-		l.raiseAlarms(snap, now)
+		l.raiseAlarms(ctx, snap, now)
 		if q.Eligible(l.o.Node) {
 			return nil
 		}
@@ -517,8 +518,17 @@ func (l *Lock) noteEligible(q claim.Queue, now time.Time) {
 	}
 }
 
+// AlarmReporter is told about claims that keep their place longer than
+// they should.
+type AlarmReporter interface {
+	// Raise is called once for each new alarm.
+	Raise(ctx context.Context, a claim.Alarm)
+	// Current is called with every alarm each time the lock looks.
+	Current(alarms []claim.Alarm)
+}
+
 // raiseAlarms reports each alarm once, when it first appears.
-func (l *Lock) raiseAlarms(snap []claim.Participant, now time.Time) {
+func (l *Lock) raiseAlarms(ctx context.Context, snap []claim.Participant, now time.Time) {
 	alarms := claim.Alarms(snap, now, l.o.AlarmAge, l.o.EnteringAlarmAge)
 	l.mu.Lock()
 	seen := map[string]bool{}
@@ -534,9 +544,12 @@ func (l *Lock) raiseAlarms(snap []claim.Participant, now time.Time) {
 	l.mu.Unlock()
 	for _, a := range fresh {
 		l.log.Warn("claim alarm: node "+a.Node+" "+a.What, "node", a.Node, "state", string(a.State), "age", a.Age.Round(time.Second))
-		if l.o.OnAlarm != nil {
-			l.o.OnAlarm(a)
+		if l.o.Alarms != nil {
+			l.o.Alarms.Raise(ctx, a)
 		}
+	}
+	if l.o.Alarms != nil {
+		l.o.Alarms.Current(alarms)
 	}
 }
 
@@ -635,7 +648,7 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 		}
 	}
 	now := l.o.Now()
-	l.raiseAlarms(ps, now)
+	l.raiseAlarms(ctx, ps, now)
 	v := claim.Verify(me, l.o.Limits, ps, now, l.o.TTL)
 	if v.Decision != claim.StepBack {
 		// Fairness: a node that announced from a stale view gives way to

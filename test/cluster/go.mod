@@ -68,6 +68,7 @@ replace k8s.io/streaming => k8s.io/streaming v0.37.2
 
 require (
 	github.com/kured-host/kured-host v0.0.0-00010101000000-000000000000
+	github.com/prometheus/client_golang v1.24.0
 	go.etcd.io/etcd/server/v3 v3.7.0
 	go.uber.org/zap v1.27.1
 	k8s.io/api v0.37.2
@@ -143,7 +144,6 @@ require (
 	github.com/opencontainers/selinux v1.15.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/pquerna/cachecontrol v0.1.0 // indirect
-	github.com/prometheus/client_golang v1.24.0 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect

@@ -21,7 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/events"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/test/cluster"
 )
 
@@ -62,8 +64,26 @@ type driver struct {
 	// releaseDelay is lock.release_delay.
 	releaseDelay time.Duration
 	alarms       chan claim.Alarm
+	metrics      *metrics.Metrics
 	log          *slog.Logger
 	onStart      func(l *lock.Lock)
+}
+
+// chanReport is the daemon's alarm report (Event, metric) that also tells
+// the test.
+type chanReport struct {
+	*lock.Report
+	ch chan claim.Alarm
+}
+
+func (c chanReport) Raise(ctx context.Context, a claim.Alarm) {
+	c.Report.Raise(ctx, a)
+	if c.ch != nil {
+		select {
+		case c.ch <- a:
+		default:
+		}
+	}
 }
 
 func (d *driver) sleep(ctx context.Context, t time.Duration) error {
@@ -96,14 +116,10 @@ func (d *driver) run(ctx context.Context) error {
 		Client: client, Node: d.h.Name, Limits: d.limits,
 		WaitingGrace: d.grace, AlarmAge: time.Hour, EnteringAlarmAge: 2 * time.Second,
 		BootID: d.bootID, Log: d.log,
-		OnAlarm: func(a claim.Alarm) {
-			if d.alarms != nil {
-				select {
-				case d.alarms <- a:
-				default:
-				}
-			}
-		},
+		Alarms: chanReport{Report: &lock.Report{
+			Events:  &events.Recorder{Client: client, Host: d.h.Name},
+			Metrics: d.metrics,
+		}, ch: d.alarms},
 	})
 	if err := l.Start(ctx); err != nil {
 		return err
@@ -251,6 +267,7 @@ type hostSpec struct {
 	idle   bool // no driver
 	// releaseDelay is lock.release_delay.
 	releaseDelay time.Duration
+	metrics      *metrics.Metrics
 }
 
 func newFleet(t *testing.T, ctx context.Context, specs []hostSpec) *fleet {
@@ -287,7 +304,7 @@ func newFleet(t *testing.T, ctx context.Context, specs []hostSpec) *fleet {
 				return
 			}
 			d := &driver{h: h, limits: s.limits, grace: s.grace, pace: s.pace, hold: s.hold, alarms: s.alarms,
-				releaseDelay: s.releaseDelay, log: slog.New(slog.DiscardHandler)}
+				releaseDelay: s.releaseDelay, metrics: s.metrics, log: slog.New(slog.DiscardHandler)}
 			if os.Getenv("DRIVER_LOG") != "" {
 				d.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", s.name)
 			}

@@ -15,8 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/test/cluster"
 )
 
@@ -318,9 +321,10 @@ func TestDeletedHolderFreesSlot(t *testing.T) {
 func TestUnreadableClaimBlocksASlot(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	alarms := make(chan claim.Alarm, 10)
+	m := metrics.New()
 	f := newFleet(t, ctx, []hostSpec{
 		{name: "bad-claim", idle: true},
-		{name: "bad-next", limits: limits(3, 0), hold: 100 * time.Millisecond, alarms: alarms},
+		{name: "bad-next", limits: limits(3, 0), hold: 100 * time.Millisecond, alarms: alarms, metrics: m},
 	})
 	bad, next := f.host("bad-claim"), f.host("bad-next")
 	writeClaim(t, ctx, bad, string(claim.Holding), `{"v":1,"limits":`)
@@ -339,6 +343,10 @@ func TestUnreadableClaimBlocksASlot(t *testing.T) {
 	if next.Boots() != 1 {
 		t.Fatal("a node took a slot while an unreadable claim (counted as holding, concurrency 1) was there")
 	}
+	expectEvent(t, ctx, bad.Name, lock.ReasonUnreadableClaim, "cannot be read")
+	if v := testutil.ToFloat64(m.ClaimAlarms.WithLabelValues("unreadable")); v != 1 {
+		t.Errorf("kured_host_claim_alarms{state=unreadable} = %v, want 1", v)
+	}
 	writeClaim(t, ctx, bad, "", "")
 	f.waitDone(ctx, []*cluster.SimHost{next}, 2)
 }
@@ -348,9 +356,10 @@ func TestUnreadableClaimBlocksASlot(t *testing.T) {
 func TestDeadEnteringKeepsItsUnit(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	alarms := make(chan claim.Alarm, 10)
+	m := metrics.New()
 	f := newFleet(t, ctx, []hostSpec{
 		{name: "ent-dead", zone: "zone-a", idle: true},
-		{name: "ent-1", zone: "zone-b", limits: limits(2, 1), hold: 1500 * time.Millisecond, alarms: alarms},
+		{name: "ent-1", zone: "zone-b", limits: limits(2, 1), hold: 1500 * time.Millisecond, alarms: alarms, metrics: m},
 		{name: "ent-2", zone: "zone-c", limits: limits(2, 1), hold: 100 * time.Millisecond},
 	})
 	dead := f.host("ent-dead")
@@ -369,6 +378,10 @@ func TestDeadEnteringKeepsItsUnit(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("no alarm about the dead entering claim")
+	}
+	expectEvent(t, ctx, dead.Name, lock.ReasonEnteringAlarm, "its daemon is probably gone")
+	if v := testutil.ToFloat64(m.ClaimAlarms.WithLabelValues("entering")); v != 1 {
+		t.Errorf("kured_host_claim_alarms{state=entering} = %v, want 1", v)
 	}
 	f.waitDone(ctx, []*cluster.SimHost{f.host("ent-1"), f.host("ent-2")}, 2)
 	if err := f.a.Sync(ctx); err != nil {
@@ -496,4 +509,35 @@ func TestReleaseDelaySurvivesRestart(t *testing.T) {
 		t.Errorf("released %s after the end of the delay: the restart started it over", late)
 	}
 	f.check(ctx, limits(1, 0))
+}
+
+// expectEvent waits for exactly one warning Event with reason about node.
+func expectEvent(t *testing.T, ctx context.Context, node, reason, says string) {
+	t.Helper()
+	for {
+		list, err := cp.Admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found []string
+		for _, e := range list.Items {
+			if e.Reason == reason {
+				found = append(found, e.Message)
+				if e.Type != "Warning" || !strings.Contains(e.Message, says) {
+					t.Errorf("event %s: type %s, message %q", reason, e.Type, e.Message)
+				}
+			}
+		}
+		if len(found) > 1 {
+			t.Errorf("%d %s events, want one per episode", len(found), reason)
+		}
+		if len(found) == 1 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no %s event on %s", reason, node)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -1,0 +1,67 @@
+// Package events writes Kubernetes Events about Nodes with the node's own
+// credentials. An event has a name derived from what it reports, so that
+// many nodes reporting the same thing (every waiting node sees a stuck
+// holder) make one Event, not one per node.
+package events
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Component is the source of kured-host's events.
+const Component = "kured-host"
+
+// Recorder creates Events in the default namespace, as the kubelet does for
+// Node events.
+type Recorder struct {
+	Client kubernetes.Interface
+	// Host is the node that reports (the event's source host).
+	Host string
+	Now  func() time.Time
+}
+
+// Once reports, about node, an event identified by key: the first report
+// creates it, later reports of the same key by any node are dropped.
+func (r *Recorder) Once(ctx context.Context, node, eventType, reason, message, key string) error {
+	now := metav1.NewTime(r.now())
+	sum := sha256.Sum256([]byte(reason + "\x00" + key))
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("%s.kured-host.%s", node, hex.EncodeToString(sum[:6])),
+			Namespace: metav1.NamespaceDefault,
+		},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, UID: types.UID(node), APIVersion: "v1"},
+		Reason:         reason,
+		Message:        message,
+		Type:           eventType,
+		Source:         corev1.EventSource{Component: Component, Host: r.Host},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "kured-host.dev/kured-host",
+		ReportingInstance:   r.Host,
+	}
+	_, err := r.Client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("event %s on node %s: %w", reason, node, err)
+	}
+	return nil
+}
+
+func (r *Recorder) now() time.Time {
+	if r.Now == nil {
+		return time.Now()
+	}
+	return r.Now()
+}

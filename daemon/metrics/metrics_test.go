@@ -1,0 +1,40 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+)
+
+func TestAlarms(t *testing.T) {
+	m := New()
+	m.SetAlarms([]claim.Alarm{
+		{Node: "a", State: claim.Holding}, {Node: "b", State: claim.Holding},
+		{Node: "c", State: claim.Entering}, {Node: "d", State: claim.Holding, Unreadable: true},
+	})
+	want := `
+# HELP kured_host_claim_alarms Claims holding or taking a reboot slot for longer than the alarm age, or unreadable, as this node sees them.
+# TYPE kured_host_claim_alarms gauge
+kured_host_claim_alarms{state="entering"} 1
+kured_host_claim_alarms{state="holding"} 2
+kured_host_claim_alarms{state="unreadable"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "kured_host_claim_alarms"); err != nil {
+		t.Error(err)
+	}
+	m.SetAlarms(nil)
+	if got := testutil.ToFloat64(m.ClaimAlarms.WithLabelValues("holding")); got != 0 {
+		t.Errorf("holding alarms %v after they cleared", got)
+	}
+	m.RebootRequired.WithLabelValues("n1").Set(1)
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(`
+# HELP kured_reboot_required OS requires reboot due to software updates.
+# TYPE kured_reboot_required gauge
+kured_reboot_required{node="n1"} 1
+`), "kured_reboot_required"); err != nil {
+		t.Error(err)
+	}
+}
