@@ -270,13 +270,7 @@ func (l *Lock) Join(ctx context.Context) error {
 		if cur.state != "" {
 			return nil
 		}
-		groups := map[string]string{}
-		for _, g := range l.o.Limits.Groups {
-			if v, ok := cur.labels[g.Label]; ok {
-				groups[g.Label] = v
-			}
-		}
-		c := claim.Claim{Since: l.o.ServerNow().UTC().Truncate(time.Millisecond), Limits: l.o.Limits, Groups: groups}
+		c := claim.Claim{Since: l.o.ServerNow().UTC().Truncate(time.Millisecond), Limits: l.o.Limits, Groups: groupValues(cur.labels, l.o.Limits.Groups)}
 		_, err := l.write(ctx, claim.Waiting, c)
 		if err == nil {
 			l.log.Info("joined the queue for a reboot slot")
@@ -574,6 +568,17 @@ func (l *Lock) published(prev claim.Limits) claim.Limits {
 	return out
 }
 
+// groupValues are the node's values of the labels the rules name.
+func groupValues(labels map[string]string, rules []claim.GroupLimit) map[string]string {
+	vs := map[string]string{}
+	for _, g := range rules {
+		if v, ok := labels[g.Label]; ok {
+			vs[g.Label] = v
+		}
+	}
+	return vs
+}
+
 // announce writes entering, freezing the published limits and the node's
 // group label values.
 func (l *Lock) announce(ctx context.Context) error {
@@ -584,12 +589,7 @@ func (l *Lock) announce(ctx context.Context) error {
 		}
 		c := cur.claim
 		c.Limits = l.published(c.Limits)
-		c.Groups = map[string]string{}
-		for _, g := range c.Limits.Groups {
-			if v, ok := cur.labels[g.Label]; ok {
-				c.Groups[g.Label] = v
-			}
-		}
+		c.Groups = groupValues(cur.labels, c.Limits.Groups)
 		_, err := l.write(ctx, claim.Entering, c)
 		if err == nil {
 			l.log.Info("eligible: announcing (entering)")
