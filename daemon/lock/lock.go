@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/config"
 )
 
 // Errors callers act on.
@@ -780,4 +781,14 @@ func (l *Lock) ReleaseAfter(ctx context.Context, delay time.Duration) error {
 		}
 	}
 	return l.Release(ctx)
+}
+
+// LimitsFrom turns the configuration's lock section into the limits a
+// node publishes.
+func LimitsFrom(cfg config.LockConfig) claim.Limits {
+	l := claim.Limits{Concurrency: cfg.Concurrency}
+	for _, g := range cfg.Groups {
+		l.Groups = append(l.Groups, claim.GroupLimit{Label: g.Label, Max: g.Max})
+	}
+	return l
 }
