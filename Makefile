@@ -70,7 +70,7 @@ test-packages: package ## inspect the built packages with dpkg-deb, rpm and lint
 	  $(GO) test -count=1 -v -run 'TestPackages' ./packaging/
 
 tools: ## install the Debian tools the tests use, when missing
-	@tools/need.sh shellcheck:shellcheck rpm:rpm lintian:lintian spin:spin \
+	@tools/need.sh shellcheck:shellcheck rpm:rpm lintian:lintian spin:spin dbus-daemon:dbus \
 	  systemd-analyze:systemd dpkg-deb:dpkg gcc:gcc
 
 clean: ## remove build output

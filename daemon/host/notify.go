@@ -1,6 +1,6 @@
 // Package host is kured-host's side of the machine it runs on: systemd
-// notifications now; logind, the boot ID and inhibitors as the cycle needs
-// them.
+// notifications, logind over D-Bus (reboot, inhibitors), the boot ID, and
+// the root under which the host's paths are found.
 package host
 
 import (
