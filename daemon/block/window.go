@@ -1,0 +1,87 @@
+package block
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Window is the maintenance window in which a reboot may start: on Days,
+// from Start to End (seconds since midnight, End up to 24 h) in Loc. An
+// End before the Start crosses midnight: the part after midnight belongs
+// to the day the window opened.
+type Window struct {
+	Days       []time.Weekday
+	Start, End int
+	Loc        *time.Location
+	Now        func() time.Time
+}
+
+var _ Blocker = (*Window)(nil)
+
+// Kind implements Blocker.
+func (w *Window) Kind() string { return "window" }
+
+// Check implements Blocker.
+func (w *Window) Check(context.Context) (string, error) {
+	now := w.now()
+	if w.Contains(now) {
+		return "", nil
+	}
+	return fmt.Sprintf("outside the maintenance window (%s); it opens %s", w, w.Next(now).Format("Mon 2006-01-02 15:04 MST")), nil
+}
+
+func (w *Window) now() time.Time {
+	if w.Now == nil {
+		return time.Now()
+	}
+	return w.Now()
+}
+
+// Always reports whether the window is every day, all day.
+func (w *Window) Always() bool {
+	return len(w.Days) == 7 && w.Start == 0 && w.End == 24*3600
+}
+
+// Contains reports whether t is inside the window.
+func (w *Window) Contains(t time.Time) bool {
+	t = t.In(w.Loc)
+	s := t.Hour()*3600 + t.Minute()*60 + t.Second()
+	day := t.Weekday()
+	if w.Start < w.End {
+		return slices.Contains(w.Days, day) && s >= w.Start && s < w.End
+	}
+	prev := (day + 6) % 7
+	return (slices.Contains(w.Days, day) && s >= w.Start) || (slices.Contains(w.Days, prev) && s < w.End)
+}
+
+// Next returns when the window next opens after t (t itself if it is open).
+func (w *Window) Next(t time.Time) time.Time {
+	if w.Contains(t) {
+		return t
+	}
+	t = t.In(w.Loc)
+	midnight := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, w.Loc)
+	for d := 0; d <= 7; d++ {
+		day := midnight.AddDate(0, 0, d)
+		if !slices.Contains(w.Days, day.Weekday()) {
+			continue
+		}
+		open := day.Add(time.Duration(w.Start) * time.Second)
+		if open.After(t) {
+			return open
+		}
+	}
+	return t
+}
+
+func (w *Window) String() string {
+	days := make([]string, len(w.Days))
+	for i, d := range w.Days {
+		days[i] = strings.ToLower(d.String()[:3])
+	}
+	clock := func(s int) string { return fmt.Sprintf("%02d:%02d", s/3600, s/60%60) }
+	return fmt.Sprintf("%s %s-%s %s", strings.Join(days, ","), clock(w.Start), clock(w.End), w.Loc)
+}
