@@ -1,0 +1,222 @@
+// Package drain cordons this node and evicts its pods with the node's own
+// credentials. It chooses the pods itself, without the DaemonSet GET that
+// k8s.io/kubectl/pkg/drain's default filters make (a node may not read
+// DaemonSets), and lets that library evict, retry while a
+// PodDisruptionBudget refuses, and wait for the pods to go.
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	kubedrain "k8s.io/kubectl/pkg/drain"
+)
+
+// Options are the drain settings (config section [drain]).
+type Options struct {
+	// GracePeriod below zero means each pod's own.
+	GracePeriod              time.Duration
+	Timeout                  time.Duration // 0: wait forever
+	PodSelector              labels.Selector
+	SkipWaitForDeleteTimeout time.Duration
+	DeleteEmptyDirData       bool
+	EvictUnreplicated        bool
+	// RetryDelay is the pause between evictions a budget refused (5 s).
+	RetryDelay time.Duration
+}
+
+// Drainer drains one node.
+type Drainer struct {
+	// Client must not retry refused evictions by itself: see
+	// EvictionClient.
+	Client kubernetes.Interface
+	Node   string
+	Options
+	Log *slog.Logger
+}
+
+// ErrRefused means pods the configuration does not allow evicting are on
+// the node; nothing was evicted.
+var ErrRefused = errors.New("cannot drain")
+
+// Cordon marks the node unschedulable and reports whether it already was
+// (so that the node is uncordoned afterwards only if kured-host cordoned
+// it).
+func (d *Drainer) Cordon(ctx context.Context) (already bool, err error) {
+	n, err := d.Client.CoreV1().Nodes().Get(ctx, d.Node, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("cordon node %s: %w", d.Node, err)
+	}
+	if n.Spec.Unschedulable {
+		return true, nil
+	}
+	return false, d.setUnschedulable(ctx, true)
+}
+
+// Uncordon marks the node schedulable.
+func (d *Drainer) Uncordon(ctx context.Context) error { return d.setUnschedulable(ctx, false) }
+
+func (d *Drainer) setUnschedulable(ctx context.Context, on bool) error {
+	body := `{"spec":{"unschedulable":null}}`
+	if on {
+		body = `{"spec":{"unschedulable":true}}`
+	}
+	if _, err := d.Client.CoreV1().Nodes().Patch(ctx, d.Node, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: "kured-host"}); err != nil {
+		verb := "uncordon"
+		if on {
+			verb = "cordon"
+		}
+		return fmt.Errorf("%s node %s: %w", verb, d.Node, err)
+	}
+	return nil
+}
+
+// Skipped is a pod the drain leaves alone, and why.
+type Skipped struct {
+	Pod    string
+	Reason string
+}
+
+// Plan sorts the node's pods into those to evict and those left alone;
+// pods the configuration forbids evicting make an ErrRefused error that
+// names them all.
+func Plan(pods []corev1.Pod, o Options) (evict []corev1.Pod, skipped []Skipped, err error) {
+	var refused []string
+	for _, p := range pods {
+		name := p.Namespace + "/" + p.Name
+		ctrl := metav1.GetControllerOf(&p)
+		switch {
+		case o.PodSelector != nil && !o.PodSelector.Matches(labels.Set(p.Labels)):
+			skipped = append(skipped, Skipped{name, "not selected by drain.pod_selector"})
+		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+			skipped = append(skipped, Skipped{name, "finished"})
+		case p.Annotations[corev1.MirrorPodAnnotationKey] != "":
+			skipped = append(skipped, Skipped{name, "static pod (the kubelet runs it)"})
+		case ctrl != nil && ctrl.Kind == "DaemonSet":
+			skipped = append(skipped, Skipped{name, "DaemonSet pod"})
+		case usesEmptyDir(p) && !o.DeleteEmptyDirData:
+			refused = append(refused, name+" uses emptyDir (its data would be lost; set drain.delete_emptydir_data = true)")
+		case ctrl == nil && !o.EvictUnreplicated:
+			refused = append(refused, name+" has no controller to recreate it (set drain.evict_unreplicated = true)")
+		default:
+			evict = append(evict, p)
+		}
+	}
+	if len(refused) > 0 {
+		return nil, skipped, fmt.Errorf("%w: %s", ErrRefused, strings.Join(refused, "; "))
+	}
+	return evict, skipped, nil
+}
+
+func usesEmptyDir(p corev1.Pod) bool {
+	for _, v := range p.Spec.Volumes {
+		if v.EmptyDir != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Drain evicts the node's pods (those Plan chooses), retrying evictions a
+// PodDisruptionBudget refuses, and waits until they are gone or the
+// timeout passes.
+func (d *Drainer) Drain(ctx context.Context) error {
+	list, err := d.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + d.Node})
+	if err != nil {
+		return fmt.Errorf("drain node %s: list its pods: %w", d.Node, err)
+	}
+	evict, skipped, err := Plan(list.Items, d.Options)
+	for _, s := range skipped {
+		d.Log.Debug("leaving pod alone", "pod", s.Pod, "reason", s.Reason)
+	}
+	if err != nil {
+		return fmt.Errorf("drain node %s: %w", d.Node, err)
+	}
+	if len(evict) == 0 {
+		return nil
+	}
+	d.Log.Info("evicting pods", "count", len(evict))
+	grace := -1
+	if d.GracePeriod >= 0 {
+		grace = int(d.GracePeriod / time.Second)
+	}
+	retry := d.RetryDelay
+	if retry <= 0 {
+		retry = 5 * time.Second
+	}
+	h := &kubedrain.Helper{
+		Ctx:                             ctx,
+		Client:                          d.Client,
+		Force:                           true, // Plan decided
+		GracePeriodSeconds:              grace,
+		IgnoreAllDaemonSets:             true,
+		DeleteEmptyDirData:              true,
+		Timeout:                         d.Timeout,
+		SkipWaitForDeleteTimeoutSeconds: int(d.SkipWaitForDeleteTimeout / time.Second),
+		EvictErrorRetryDelay:            retry,
+		Out:                             logWriter{d.Log, slog.LevelDebug},
+		ErrOut:                          logWriter{d.Log, slog.LevelInfo},
+		OnPodDeletionOrEvictionFinished: func(p *corev1.Pod, _ bool, err error) {
+			if err != nil {
+				d.Log.Warn("pod not evicted", "pod", p.Namespace+"/"+p.Name, "err", err)
+				return
+			}
+			d.Log.Info("pod evicted", "pod", p.Namespace+"/"+p.Name)
+		},
+	}
+	if err := h.DeleteOrEvictPods(evict); err != nil {
+		return fmt.Errorf("drain node %s: %w", d.Node, err)
+	}
+	return nil
+}
+
+// logWriter turns the drain library's progress lines into log records.
+type logWriter struct {
+	log   *slog.Logger
+	level slog.Level
+}
+
+func (w logWriter) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimSpace(string(p)), "\n") {
+		if line != "" {
+			w.log.Log(context.Background(), w.level, line, "component", "drain")
+		}
+	}
+	return len(p), nil
+}
+
+var _ io.Writer = logWriter{}
+
+// EvictionClient returns a client for the drain. An eviction that a
+// PodDisruptionBudget refuses comes back as 429 with a Retry-After header,
+// which client-go would obey by itself, silently, up to ten times (about
+// 100 s per call, past the drain timeout). This client drops that header
+// from eviction replies so that the drain library retries on its own
+// schedule, within its timeout.
+func EvictionClient(cfg *rest.Config) (kubernetes.Interface, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return evictionRetryAfter{rt} })
+	return kubernetes.NewForConfig(cfg)
+}
+
+type evictionRetryAfter struct{ rt http.RoundTripper }
+
+func (e evictionRetryAfter) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := e.rt.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusTooManyRequests && strings.HasSuffix(r.URL.Path, "/eviction") {
+		resp.Header.Del("Retry-After")
+	}
+	return resp, err
+}
