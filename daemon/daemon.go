@@ -1,17 +1,30 @@
-// Package daemon is `kured-host run`: the reboot cycle on one node, driven
-// by the phase persisted in the node's claim. So far it loads the
-// configuration, says what it will do, tells systemd it is ready and waits
-// for SIGTERM; the cycle itself (sentinel, blockers, slot, drain, reboot,
-// resume) comes with the packages that implement each step.
+// Package daemon is `kured-host run`: the reboot cycle on one node, a state
+// machine over the claim the node keeps on its own Node. Every step is
+// recorded in the claim before or as it happens, so a restart of the daemon
+// or of the machine at any moment resumes where it was:
+//
+//	no claim   reboot needed and nothing blocks -> join (waiting)
+//	waiting    take a slot (entering -> holding); leave the queue if blocked
+//	holding    same boot: check blockers, cordon, drain, record, reboot
+//	           new boot:  wait for Ready and health, uncordon, release delay, release
 package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"strings"
+	"sync"
+	"time"
 
+	"github.com/kured-host/kured-host/daemon/block"
+	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/metrics"
+	"github.com/kured-host/kured-host/daemon/sentinel"
 )
 
 // Notifier tells the service manager about the daemon's state.
@@ -19,31 +32,554 @@ type Notifier interface {
 	Notify(state string) error
 }
 
-// Daemon is one node's kured-host.
-type Daemon struct {
-	Config config.Config
-	Log    *slog.Logger
-	Notify Notifier
+// Locker is the slot lock as the cycle uses it (daemon/lock).
+type Locker interface {
+	Start(ctx context.Context) error
+	Own(ctx context.Context) (claim.Claim, claim.State, error)
+	Known() (claim.Claim, claim.State)
+	Join(ctx context.Context) error
+	Acquire(ctx context.Context) (claim.Claim, error)
+	Update(ctx context.Context, change func(*claim.Claim)) (claim.Claim, error)
+	Confirm(ctx context.Context) (claim.Claim, error)
+	Release(ctx context.Context) error
+	ReleaseAfter(ctx context.Context, delay time.Duration) error
+	Status() lock.Status
 }
 
-// Run runs until ctx is cancelled (SIGTERM); cancellation is a clean stop,
-// not an error.
+var _ Locker = (*lock.Lock)(nil)
+
+// Drainer cordons and drains this node (daemon/drain).
+type Drainer interface {
+	Unschedulable(ctx context.Context) (bool, error)
+	Cordon(ctx context.Context) (already bool, err error)
+	Uncordon(ctx context.Context) error
+	Drain(ctx context.Context) error
+}
+
+// Rebooter reboots the machine (logind or a command).
+type Rebooter interface {
+	Reboot(ctx context.Context) error
+}
+
+// Daemon is one node's kured-host.
+type Daemon struct {
+	Config   config.Config
+	Log      *slog.Logger
+	Notify   Notifier
+	Lock     Locker
+	Sentinel sentinel.Checker
+	Blockers []block.Blocker
+	Drainer  Drainer
+	Rebooter Rebooter
+	BootID   func() (string, error)
+	// Ready reports whether this node's Node is Ready.
+	Ready   func(ctx context.Context) (bool, error)
+	Metrics *metrics.Metrics
+	Node    string
+	Now     func() time.Time
+
+	mu      sync.Mutex
+	needed  bool
+	sentErr error
+	changed chan struct{}
+	status  string
+}
+
+// Run runs the cycle until ctx is cancelled (SIGTERM); cancellation is a
+// clean stop, not an error: the state is in the claim.
 func (d *Daemon) Run(ctx context.Context) error {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	d.changed = make(chan struct{}, 1)
 	log := d.Log.With("component", "daemon")
 	for _, line := range Plan(d.Config) {
 		log.Info(line)
 	}
-	status := "idle: configuration loaded; the reboot cycle is not part of this build yet"
-	if err := d.Notify.Notify("READY=1\nSTATUS=" + status); err != nil {
-		log.Warn("cannot notify systemd", "err", err)
+	if err := d.Lock.Start(ctx); err != nil {
+		return stopped(ctx, err)
 	}
-	log.Info("ready")
-	<-ctx.Done()
+	if _, _, err := d.Lock.Own(ctx); err != nil && !errors.Is(err, claim.ErrUnparsable) {
+		return stopped(ctx, err)
+	}
+	first := make(chan struct{})
+	var once sync.Once
+	go sentinel.Watch(ctx, d.Sentinel, d.Config.Sentinel.Period.Std(), log, func(needed bool, err error) {
+		d.setNeeded(needed, err, log)
+		once.Do(func() { close(first) })
+	})
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-first:
+	}
+	d.notify("READY=1")
+	log.Info("ready", "node", d.Node)
+	failures := 0
+	for ctx.Err() == nil {
+		err := d.step(ctx, log)
+		switch {
+		case err == nil:
+			failures = 0
+		case ctx.Err() != nil:
+		default:
+			failures++
+			wait := min(time.Duration(failures)*5*time.Second, time.Minute)
+			log.Error("step failed; trying again", "err", err, "retry_in", wait)
+			d.setStatus("error: " + firstLine(err.Error()) + " (retrying)")
+			_ = sleep(ctx, wait)
+		}
+	}
+	d.notify("STOPPING=1")
 	log.Info("stopping", "reason", context.Cause(ctx))
-	if err := d.Notify.Notify("STOPPING=1"); err != nil {
-		log.Warn("cannot notify systemd", "err", err)
+	return nil
+}
+
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+func (d *Daemon) setNeeded(needed bool, err error, log *slog.Logger) {
+	d.mu.Lock()
+	changed := needed != d.needed || (err == nil) != (d.sentErr == nil)
+	d.needed, d.sentErr = needed, err
+	d.mu.Unlock()
+	if d.Metrics != nil {
+		v := 0.0
+		if needed {
+			v = 1
+		}
+		d.Metrics.RebootRequired.WithLabelValues(d.Node).Set(v)
+	}
+	if !changed {
+		return
+	}
+	switch {
+	case err != nil:
+		log.Error("cannot tell whether a reboot is needed", "sentinel", d.Sentinel.String(), "err", err)
+	case needed:
+		log.Info("reboot needed", "sentinel", d.Sentinel.String())
+	default:
+		log.Info("no reboot needed", "sentinel", d.Sentinel.String())
+	}
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Daemon) rebootNeeded() (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.needed, d.sentErr
+}
+
+func (d *Daemon) notify(state string) {
+	if err := d.Notify.Notify(state); err != nil {
+		d.Log.Warn("cannot notify systemd", "component", "daemon", "err", err)
+	}
+}
+
+// setStatus is the one-line state for `systemctl status`.
+func (d *Daemon) setStatus(s string) {
+	d.mu.Lock()
+	same := s == d.status
+	d.status = s
+	d.mu.Unlock()
+	if !same {
+		d.notify("STATUS=" + s)
+	}
+}
+
+// waitChange waits for the sentinel to change, or at most t.
+func (d *Daemon) waitChange(ctx context.Context, t time.Duration) error {
+	timer := time.NewTimer(t)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-d.changed:
+	case <-timer.C:
 	}
 	return nil
+}
+
+func sleep(ctx context.Context, t time.Duration) error {
+	timer := time.NewTimer(t)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-timer.C:
+		return nil
+	}
+}
+
+// recheck is how often blockers are looked at again while they block or
+// while the node waits for a slot.
+func (d *Daemon) recheck() time.Duration {
+	return min(d.Config.Sentinel.Period.Std(), time.Minute)
+}
+
+// step does one transition of the cycle.
+func (d *Daemon) step(ctx context.Context, log *slog.Logger) error {
+	c, state := d.Lock.Known()
+	switch state {
+	case "":
+		return d.idle(ctx, log)
+	case claim.Waiting, claim.Entering:
+		return d.acquire(ctx, log)
+	case claim.Holding:
+		boot, err := d.BootID()
+		if err != nil {
+			return err
+		}
+		if c.BootID != "" && c.BootID != boot {
+			return d.afterReboot(ctx, log, c)
+		}
+		return d.beforeReboot(ctx, log, c, boot)
+	}
+	d.setStatus("own claim cannot be read; waiting for it to be fixed or removed")
+	log.Error("own claim is in a state this daemon does not write; leaving it alone", "state", string(state))
+	if err := d.waitChange(ctx, d.recheck()); err != nil {
+		return err
+	}
+	_, _, err := d.Lock.Own(ctx)
+	return err
+}
+
+// idle: join the queue once a reboot is needed and nothing blocks it.
+func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
+	needed, err := d.rebootNeeded()
+	switch {
+	case err != nil:
+		d.setStatus("cannot tell whether a reboot is needed: " + firstLine(err.Error()))
+		return d.waitChange(ctx, d.recheck())
+	case !needed:
+		d.setStatus("idle: no reboot needed")
+		return d.waitChange(ctx, time.Hour)
+	}
+	if blocked := block.Check(ctx, d.Blockers); len(blocked) > 0 {
+		d.reportBlocked(log, blocked)
+		return d.waitChange(ctx, d.recheck())
+	}
+	d.setStatus("reboot needed: joining the queue")
+	return d.Lock.Join(ctx)
+}
+
+func (d *Daemon) reportBlocked(log *slog.Logger, blocked []block.Blocked) {
+	s := block.Summary(blocked)
+	d.mu.Lock()
+	same := d.status == "reboot needed; waiting: "+s
+	d.mu.Unlock()
+	if !same {
+		log.Info("reboot needed but blocked", "blocked_by", s)
+	}
+	d.setStatus("reboot needed; waiting: " + s)
+}
+
+// acquire takes a slot, leaving the queue if the reboot is no longer
+// needed or becomes blocked while waiting.
+func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Lock.Acquire(actx)
+		done <- err
+	}()
+	tick := time.NewTicker(min(d.recheck(), 5*time.Second))
+	defer tick.Stop()
+	lastBlockers := d.Now()
+	for {
+		select {
+		case err := <-done:
+			if errors.Is(err, lock.ErrLost) || errors.Is(err, lock.ErrNotJoined) {
+				log.Warn("the claim went away while waiting; starting over", "err", err)
+				_, _, err = d.Lock.Own(ctx)
+			}
+			return err
+		case <-d.changed:
+		case <-tick.C:
+		}
+		st := d.Lock.Status()
+		switch {
+		case st.State == claim.Waiting && st.Position >= 0:
+			d.setStatus(fmt.Sprintf("waiting for a reboot slot: %d ahead (%s)", st.Position, st.Reason))
+		case st.State == claim.Entering:
+			d.setStatus("taking a reboot slot: " + st.Reason)
+		default:
+			d.setStatus("waiting for a reboot slot")
+		}
+		needed, nerr := d.rebootNeeded()
+		var blocked []block.Blocked
+		if nerr == nil && needed && d.Now().Sub(lastBlockers) >= d.recheck() {
+			blocked = block.Check(ctx, d.Blockers)
+			lastBlockers = d.Now()
+		}
+		if nerr == nil && needed && len(blocked) == 0 {
+			continue
+		}
+		// Leave the queue: stop acquiring, then withdraw if still waiting.
+		cancel()
+		<-done
+		_, state, err := d.Lock.Own(ctx)
+		if err != nil {
+			return err
+		}
+		if state != claim.Waiting {
+			return nil // it got further meanwhile; the holder's checks take over
+		}
+		why := "the reboot is no longer needed"
+		if len(blocked) > 0 {
+			why = "blocked: " + block.Summary(blocked)
+			d.reportBlocked(log, blocked)
+		}
+		log.Info("leaving the queue", "reason", why)
+		return d.Lock.Release(ctx)
+	}
+}
+
+// beforeReboot advances a holder in the boot in which it took the slot.
+func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Claim, boot string) error {
+	switch c.Phase {
+	case claim.PhaseAcquired:
+		// Checked again right before the first disruptive step.
+		if blocked := block.Check(ctx, d.Blockers); len(blocked) > 0 {
+			d.reportBlocked(log, blocked)
+			log.Info("blocked after taking the slot; giving it back", "blocked_by", block.Summary(blocked))
+			return d.Lock.Release(ctx)
+		}
+		if _, err := d.Lock.Confirm(ctx); err != nil {
+			return d.lost(ctx, log, c, err)
+		}
+		was, err := d.Drainer.Unschedulable(ctx)
+		if err != nil {
+			return err
+		}
+		// Recorded before cordoning: a restart in between must not take
+		// our cordon for the admin's.
+		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) {
+			c.Phase, c.WasUnschedulable, c.Cordoned = claim.PhaseCordoned, was, !was
+		}); err != nil {
+			return d.lost(ctx, log, c, err)
+		}
+		d.setStatus("holding a reboot slot: cordoning")
+		if !was {
+			if _, err := d.Drainer.Cordon(ctx); err != nil {
+				return err
+			}
+			log.Info("cordoned")
+		}
+		return nil
+	case claim.PhaseCordoned:
+		if c.Cordoned {
+			if _, err := d.Drainer.Cordon(ctx); err != nil {
+				return err
+			}
+		}
+		if delay := d.Config.Drain.Delay.Std(); delay > 0 {
+			d.setStatus(fmt.Sprintf("holding a reboot slot: draining in %s", delay))
+			if err := sleep(ctx, delay); err != nil {
+				return err
+			}
+		}
+		_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseDraining })
+		return d.lostIf(ctx, log, c, err)
+	case claim.PhaseDraining:
+		if _, err := d.Lock.Confirm(ctx); err != nil {
+			return d.lost(ctx, log, c, err)
+		}
+		d.setStatus("holding a reboot slot: draining")
+		began := d.Now()
+		if err := d.Drainer.Drain(ctx); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			if !d.Config.Drain.ForceReboot {
+				return d.abort(ctx, log, c, err)
+			}
+			log.Warn("drain failed; rebooting anyway (drain.force_reboot)", "err", err)
+		} else {
+			log.Info("drained", "took", d.Now().Sub(began).Round(time.Millisecond))
+		}
+		_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseDrained })
+		return d.lostIf(ctx, log, c, err)
+	case claim.PhaseDrained, claim.PhaseRebooting:
+		if c.Phase == claim.PhaseDrained {
+			if delay := d.Config.Reboot.Delay.Std(); delay > 0 {
+				d.setStatus(fmt.Sprintf("holding a reboot slot: rebooting in %s", delay))
+				if err := sleep(ctx, delay); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := d.Lock.Confirm(ctx); err != nil {
+			return d.lost(ctx, log, c, err)
+		}
+		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase, c.BootID = claim.PhaseRebooting, boot }); err != nil {
+			return d.lost(ctx, log, c, err)
+		}
+		return d.reboot(ctx, log)
+	case claim.PhaseAborted:
+		return d.finishAbort(ctx, log, c)
+	}
+	// A phase that belongs after a reboot, in the same boot: the claim
+	// was written by something else. Give the slot back as it stands.
+	log.Warn("own claim is in a phase that needs a reboot first; releasing it", "phase", string(c.Phase))
+	return d.finishAbort(ctx, log, c)
+}
+
+// reboot asks for the reboot, and again if the machine is still up after
+// reboot.timeout.
+func (d *Daemon) reboot(ctx context.Context, log *slog.Logger) error {
+	d.setStatus("holding a reboot slot: rebooting")
+	log.Info("rebooting")
+	asked := d.Now()
+	for {
+		if err := d.Rebooter.Reboot(ctx); err != nil {
+			return fmt.Errorf("reboot: %w", err)
+		}
+		if err := sleep(ctx, d.Config.Reboot.Timeout.Std()); err != nil {
+			return err
+		}
+		log.Error("still up after asking for a reboot; asking again", "asked", d.Now().Sub(asked).Round(time.Second))
+		d.setStatus(fmt.Sprintf("holding a reboot slot: reboot overdue (asked %s ago)", d.Now().Sub(asked).Round(time.Second)))
+	}
+}
+
+// abort gives the slot back after a failed drain: uncordon if we cordoned,
+// record the abort, release, and wait before trying again.
+func (d *Daemon) abort(ctx context.Context, log *slog.Logger, c claim.Claim, cause error) error {
+	log.Error("drain failed; uncordoning and giving the slot back", "err", cause)
+	d.setStatus("drain failed: " + firstLine(cause.Error()))
+	if err := d.finishAbort(ctx, log, c); err != nil {
+		return err
+	}
+	wait := min(d.Config.Sentinel.Period.Std(), 5*time.Minute)
+	log.Info("trying again later", "in", wait)
+	return sleep(ctx, wait)
+}
+
+func (d *Daemon) finishAbort(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	if c.Cordoned {
+		if err := d.Drainer.Uncordon(ctx); err != nil {
+			return err
+		}
+		log.Info("uncordoned")
+	}
+	if c.Phase != claim.PhaseAborted {
+		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase, c.Cordoned = claim.PhaseAborted, false }); err != nil {
+			return d.lost(ctx, log, c, err)
+		}
+	}
+	return d.Lock.Release(ctx)
+}
+
+// lostIf handles an error from a claim write.
+func (d *Daemon) lostIf(ctx context.Context, log *slog.Logger, c claim.Claim, err error) error {
+	if err == nil {
+		return nil
+	}
+	return d.lost(ctx, log, c, err)
+}
+
+// lost: the claim is gone before the reboot. Put the node back as it was
+// and start over; a lost claim is never recreated as holding.
+func (d *Daemon) lost(ctx context.Context, log *slog.Logger, c claim.Claim, err error) error {
+	if !errors.Is(err, lock.ErrLost) {
+		return err
+	}
+	log.Warn("the slot is no longer ours before the reboot; stopping and starting over", "err", err)
+	if c.Cordoned {
+		if err := d.Drainer.Uncordon(ctx); err != nil {
+			return err
+		}
+		log.Info("uncordoned")
+	}
+	_, _, rerr := d.Lock.Own(ctx)
+	return rerr
+}
+
+// afterReboot: the boot ID changed, so the reboot happened. Wait for the
+// node to be Ready and healthy, uncordon if we cordoned, wait the release
+// delay and release.
+func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	if c.Phase != claim.PhaseRebooted && c.Phase != claim.PhaseReleasing {
+		log.Info("back after the reboot", "previous_boot", c.BootID)
+		var err error
+		if c, err = d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseRebooted }); err != nil {
+			return err
+		}
+	}
+	if c.Phase == claim.PhaseRebooted {
+		if err := d.waitHealthy(ctx, log); err != nil {
+			return err
+		}
+		if c.Cordoned {
+			if err := d.Drainer.Uncordon(ctx); err != nil {
+				return err
+			}
+			log.Info("uncordoned")
+		}
+	}
+	if delay := d.Config.Lock.ReleaseDelay.Std(); delay > 0 {
+		d.setStatus(fmt.Sprintf("rebooted; holding the slot for the release delay (%s)", delay))
+	}
+	if err := d.Lock.ReleaseAfter(ctx, d.Config.Lock.ReleaseDelay.Std()); err != nil {
+		return err
+	}
+	log.Info("reboot done; slot released")
+	d.setStatus("idle: rebooted")
+	return nil
+}
+
+// waitHealthy waits until the Node is Ready and the health command (if
+// any) passes, reporting once if it takes longer than health.timeout. The
+// slot stays held meanwhile.
+func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
+	began := d.Now()
+	reported := false
+	for {
+		ready, err := d.Ready(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("cannot read the node's Ready condition", "err", err)
+		}
+		healthy, why := ready, "the node is not Ready yet"
+		if ready && len(d.Config.Health.Command) > 0 {
+			healthy, why = d.health(ctx)
+		}
+		if healthy {
+			return nil
+		}
+		d.setStatus("rebooted; waiting: " + why)
+		if !reported && d.Now().Sub(began) > d.Config.Health.Timeout.Std() {
+			log.Error("not healthy long after the reboot; keeping the slot", "waited", d.Now().Sub(began).Round(time.Second), "why", why)
+			reported = true
+		}
+		if err := sleep(ctx, 2*time.Second); err != nil {
+			return err
+		}
+	}
+}
+
+func (d *Daemon) health(ctx context.Context) (bool, string) {
+	argv := d.Config.Health.Command
+	hctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(hctx, argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return false, fmt.Sprintf("health command %q: %v %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	}
+	return true, ""
 }
 
 // Plan describes, one line per step, what the configuration makes the

@@ -126,10 +126,11 @@ func hasFlags(fs *flag.FlagSet) bool {
 }
 
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newFlags("run", "[--config FILE]",
+	f := newFlags("run", "[--config FILE] [--host-root DIR]",
 		"Runs the daemon in the foreground until SIGTERM. systemd starts it as\n"+
 			"kured-host.service; a bad configuration stops it with exit status 2.")
 	path := f.String("config", config.DefaultPath, "configuration `file`; drop-ins are read from config.d next to it")
+	root := f.String("host-root", "/", "`directory` under which the host's files are (sentinel, boot ID, kubelet kubeconfig), for running in a container or in tests")
 	if done, err := f.parse(args, stdout); done {
 		return err
 	}
@@ -146,7 +147,13 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	log.Info("starting", "version", version.Version, "config", strings.Join(l.Files, ","))
-	d := &daemon.Daemon{Config: l.Config, Log: log, Notify: host.Systemd{}}
+	d, err := daemon.Assemble(ctx, daemon.Setup{
+		Config: l.Config, Root: host.Root(*root), Log: log, Notify: host.Systemd{},
+		UserAgent: "kured-host/" + version.Version,
+	})
+	if err != nil {
+		return err
+	}
 	return d.Run(ctx)
 }
 

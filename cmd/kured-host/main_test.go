@@ -3,14 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/kured-host/kured-host/packaging"
 )
@@ -115,49 +111,14 @@ func TestRBACAndVersion(t *testing.T) {
 	}
 }
 
-// TestDaemonUnderSystemd runs the real binary as systemd would: with a
-// notify socket, until SIGTERM. It must report READY=1, then STOPPING=1,
-// and exit 0.
-func TestDaemonUnderSystemd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "kured-host")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	sock := filepath.Join(dir, "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-
-	cmd := exec.Command(bin, "run", "--config", example)
-	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := readNotify(t, conn)
-	if !strings.HasPrefix(ready, "READY=1\nSTATUS=") {
-		t.Fatalf("first notification %q, want READY=1 with a STATUS", ready)
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if got := readNotify(t, conn); got != "STOPPING=1" {
-		t.Errorf("after SIGTERM: %q, want STOPPING=1", got)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("exit after SIGTERM: %v\n%s", err, stderr.String())
-	}
-	for _, want := range []string{"level=INFO msg=starting", "component=daemon", "slots: at most 1 node(s) of the cluster at once, 1 per topology.kubernetes.io/zone"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, stderr.String())
-		}
+// TestRunWithoutKubeconfig: on a host with no kubelet kubeconfig the daemon
+// says where it looked and exits 1. (The daemon's whole cycle, under a
+// notify socket, is tested with the real binary on the cluster harness:
+// test/cluster/cycletest.)
+func TestRunWithoutKubeconfig(t *testing.T) {
+	code, _, errs := runCLI(t, "run", "--config", example, "--host-root", t.TempDir())
+	if code != exitFailure || !strings.Contains(errs, "no kubelet kubeconfig found") || !strings.Contains(errs, "set kubernetes.kubeconfig") {
+		t.Errorf("exit %d, stderr %q", code, errs)
 	}
 }
 
@@ -166,17 +127,4 @@ func TestDaemonRefusesBadConfig(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errs, "concurrency-zero.toml:2: lock.concurrency: must be at least 1") {
 		t.Errorf("exit %d, stderr %q", code, errs)
 	}
-}
-
-func readNotify(t *testing.T, conn *net.UnixConn) string {
-	t.Helper()
-	buf := make([]byte, 4096)
-	if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	n, err := conn.Read(buf)
-	if err != nil {
-		t.Fatalf("no notification: %v", err)
-	}
-	return string(buf[:n])
 }

@@ -79,6 +79,9 @@ type Claim struct {
 	BootID           string     `json:"bootID,omitempty"`
 	Phase            Phase      `json:"phase,omitempty"`
 	WasUnschedulable bool       `json:"wasUnschedulable"`
+	// Cordoned says kured-host cordoned the node (it was schedulable), so
+	// kured-host uncordons it when done.
+	Cordoned bool `json:"cordoned,omitempty"`
 	// ReleaseAt is when the release delay ends, persisted so that a restart
 	// does not cut it short.
 	ReleaseAt *time.Time `json:"releaseAt,omitempty"`

@@ -51,6 +51,15 @@ type Drainer struct {
 // the node; nothing was evicted.
 var ErrRefused = errors.New("cannot drain")
 
+// Unschedulable reports whether the node is cordoned now.
+func (d *Drainer) Unschedulable(ctx context.Context) (bool, error) {
+	n, err := d.Client.CoreV1().Nodes().Get(ctx, d.Node, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("read node %s: %w", d.Node, err)
+	}
+	return n.Spec.Unschedulable, nil
+}
+
 // Cordon marks the node unschedulable and reports whether it already was
 // (so that the node is uncordoned afterwards only if kured-host cordoned
 // it).

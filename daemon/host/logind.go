@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/godbus/dbus/v5"
 )
@@ -81,4 +82,63 @@ func BlockingShutdown(all []Inhibitor) []Inhibitor {
 		}
 	}
 	return out
+}
+
+// BusLogind is logind on a bus dialled when first needed and again after a
+// failure, so that a daemon started before D-Bus, or outliving a D-Bus
+// restart, keeps working.
+type BusLogind struct {
+	Address string // "" for the system bus
+
+	mu sync.Mutex
+	l  *Logind
+}
+
+func (b *BusLogind) conn(ctx context.Context) (*Logind, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.l != nil {
+		return b.l, nil
+	}
+	l, err := DialLogind(ctx, b.Address)
+	if err != nil {
+		return nil, err
+	}
+	b.l = l
+	return l, nil
+}
+
+func (b *BusLogind) drop(l *Logind) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.l == l {
+		_ = l.Close()
+		b.l = nil
+	}
+}
+
+// Reboot implements the daemon's Rebooter.
+func (b *BusLogind) Reboot(ctx context.Context) error {
+	l, err := b.conn(ctx)
+	if err != nil {
+		return err
+	}
+	if err := l.Reboot(ctx); err != nil {
+		b.drop(l)
+		return err
+	}
+	return nil
+}
+
+// Inhibitors lists logind's inhibitors.
+func (b *BusLogind) Inhibitors(ctx context.Context) ([]Inhibitor, error) {
+	l, err := b.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	in, err := l.Inhibitors(ctx)
+	if err != nil {
+		b.drop(l)
+	}
+	return in, err
 }

@@ -186,3 +186,17 @@ func (c *ServerClock) Wrap(rt http.RoundTripper) http.RoundTripper {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// NodeReady reports whether the Node's Ready condition is True.
+func NodeReady(ctx context.Context, client kubernetes.Interface, node string) (bool, error) {
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("read node %s: %w", node, err)
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Status == "True", nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,134 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kured-host/kured-host/daemon/block"
+	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/drain"
+	"github.com/kured-host/kured-host/daemon/events"
+	"github.com/kured-host/kured-host/daemon/host"
+	"github.com/kured-host/kured-host/daemon/kube"
+	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/metrics"
+	"github.com/kured-host/kured-host/daemon/sentinel"
+)
+
+// Setup is what `kured-host run` gives Assemble besides the configuration.
+type Setup struct {
+	Config config.Config
+	// Root prefixes the host's paths (sentinel, boot ID, kubeconfig
+	// discovery): --host-root.
+	Root      host.Root
+	Log       *slog.Logger
+	Notify    Notifier
+	UserAgent string
+	// BusAddress is the D-Bus to find logind on; "" is the system bus.
+	BusAddress string
+}
+
+// Assemble connects to the API server with the node's own credentials,
+// checks the permissions the lock needs, and builds the daemon.
+func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
+	cfg, log := s.Config, s.Log
+	path, how, err := kube.Find(s.Root, cfg.Kubernetes.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	clock := kube.NewServerClock()
+	rest, err := kube.Config(path, s.UserAgent, clock)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", path, err)
+	}
+	node := cfg.Kubernetes.NodeName
+	if node == "" {
+		if node, err = kube.NodeName(ctx, client); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("connected", "kubeconfig", path, "found_by", how, "server", rest.Host, "node", node)
+	if err := lock.CheckAccess(ctx, client); err != nil {
+		return nil, err
+	}
+	m := metrics.New()
+	if addr := cfg.Metrics.Address; addr != "" {
+		if err := m.Serve(ctx, addr, log); err != nil {
+			return nil, err
+		}
+	}
+	logind := &host.BusLogind{Address: s.BusAddress}
+	l := lock.New(lock.Options{
+		Client: client, Node: node, Limits: lock.LimitsFrom(cfg.Lock),
+		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
+		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
+		ServerNow: clock.Now, BootID: s.Root.BootID, Log: log,
+		Alarms: &lock.Report{Events: &events.Recorder{Client: client, Host: node}, Metrics: m, Log: log},
+	})
+	evictions, err := drain.EvictionClient(rest)
+	if err != nil {
+		return nil, err
+	}
+	var reboot Rebooter = logind
+	if cfg.Reboot.Method == config.RebootCommand {
+		reboot = host.CommandRebooter{Argv: cfg.Reboot.Command}
+	}
+	return &Daemon{
+		Config: cfg, Log: log, Notify: s.Notify, Lock: l, Node: node, Metrics: m,
+		Sentinel: sentinelFor(cfg.Sentinel, s.Root),
+		Blockers: blockersFor(cfg, client, node, logind),
+		Drainer: &drain.Drainer{Client: evictions, Node: node, Log: log.With("component", "drain"), Options: drain.Options{
+			GracePeriod: cfg.Drain.GracePeriod.Std(), Timeout: cfg.Drain.Timeout.Std(),
+			PodSelector: cfg.Drain.PodSelector.Selector(), SkipWaitForDeleteTimeout: cfg.Drain.SkipWaitForDeleteTimeout.Std(),
+			DeleteEmptyDirData: cfg.Drain.DeleteEmptyDirData, EvictUnreplicated: cfg.Drain.EvictUnreplicated,
+		}},
+		Rebooter: reboot,
+		BootID:   s.Root.BootID,
+		Ready:    func(ctx context.Context) (bool, error) { return kube.NodeReady(ctx, client, node) },
+	}, nil
+}
+
+func sentinelFor(c config.SentinelConfig, root host.Root) sentinel.Checker {
+	if len(c.Command) > 0 {
+		return sentinel.Command{Argv: c.Command, RebootCodes: c.RebootExitCodes, Timeout: c.CommandTimeout.Std()}
+	}
+	return sentinel.File{Path: root.Path(c.File)}
+}
+
+func blockersFor(cfg config.Config, client kubernetes.Interface, node string, logind block.InhibitorLister) []block.Blocker {
+	var bs []block.Blocker
+	w := cfg.Window
+	win := &block.Window{Start: int(w.Start), End: int(w.End), Loc: w.TimeZone.Location()}
+	for _, d := range w.Days {
+		win.Days = append(win.Days, time.Weekday(d))
+	}
+	if !win.Always() {
+		bs = append(bs, win)
+	}
+	if len(cfg.Blockers.PodSelectors) > 0 {
+		p := &block.Pods{Client: client, Node: node}
+		for _, s := range cfg.Blockers.PodSelectors {
+			p.Selectors = append(p.Selectors, s.Selector())
+		}
+		bs = append(bs, p)
+	}
+	if prom := cfg.Blockers.Prometheus; prom.URL.URL() != nil {
+		bs = append(bs, &block.Alerts{
+			URL: prom.URL.URL(), Filter: prom.AlertFilterRegexp.Regexp(), MatchOnly: prom.AlertFilterMatchOnly,
+			FiringOnly: prom.AlertFiringOnly, Client: &http.Client{Timeout: prom.Timeout.Std()},
+		})
+	}
+	if cfg.Blockers.Inhibitors {
+		bs = append(bs, &block.Inhibitors{Logind: logind})
+	}
+	return bs
+}
