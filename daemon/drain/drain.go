@@ -6,6 +6,7 @@
 package drain
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -208,24 +209,54 @@ func (w logWriter) Write(p []byte) (int, error) {
 
 var _ io.Writer = logWriter{}
 
-// EvictionClient returns a client for the drain. An eviction that a
-// PodDisruptionBudget refuses comes back as 429 with a Retry-After header,
-// which client-go would obey by itself, silently, up to ten times (about
-// 100 s per call, past the drain timeout). This client drops that header
-// from eviction replies so that the drain library retries on its own
-// schedule, within its timeout.
+// EvictionClient returns the client for the drain, adjusted for a node's
+// credentials in two ways:
+//
+//   - An eviction that a PodDisruptionBudget refuses comes back as 429 with
+//     a Retry-After header, which client-go would obey by itself, silently,
+//     up to ten times (about 100 s per call, past the drain timeout). The
+//     header is dropped from eviction replies, so that the drain library
+//     retries on its own schedule, within its timeout.
+//   - Once an evicted pod is deleted, the Node authorizer forgets that it
+//     was bound to this node and refuses the node's GET with 403 ("no
+//     relationship found") rather than 404, which the drain library, waiting
+//     for the pod to go, would take for a failure. Such a refusal of a GET
+//     of a single pod is answered as 404: for this node the pod is gone.
 func EvictionClient(cfg *rest.Config) (kubernetes.Interface, error) {
 	cfg = rest.CopyConfig(cfg)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return evictionRetryAfter{rt} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return nodeDrainTransport{rt} })
 	return kubernetes.NewForConfig(cfg)
 }
 
-type evictionRetryAfter struct{ rt http.RoundTripper }
+type nodeDrainTransport struct{ rt http.RoundTripper }
 
-func (e evictionRetryAfter) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := e.rt.RoundTrip(r)
-	if err == nil && resp.StatusCode == http.StatusTooManyRequests && strings.HasSuffix(r.URL.Path, "/eviction") {
-		resp.Header.Del("Retry-After")
+func (t nodeDrainTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(r)
+	if err != nil {
+		return resp, err
 	}
-	return resp, err
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests && strings.HasSuffix(r.URL.Path, "/eviction"):
+		resp.Header.Del("Retry-After")
+	case resp.StatusCode == http.StatusForbidden && r.Method == http.MethodGet && isPodPath(r.URL.Path):
+		body, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		if rerr == nil && bytes.Contains(body, []byte("no relationship found")) {
+			gone := `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,` +
+				`"message":"the pod is no longer bound to this node"}`
+			resp.StatusCode, resp.Status = http.StatusNotFound, "404 Not Found"
+			resp.Header.Set("Content-Type", "application/json")
+			body = []byte(gone)
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resp.ContentLength = int64(len(body))
+		resp.Header.Del("Content-Length")
+	}
+	return resp, nil
+}
+
+// isPodPath matches /api/v1/namespaces/NS/pods/NAME (no subresource).
+func isPodPath(p string) bool {
+	parts := strings.Split(strings.Trim(p, "/"), "/")
+	return len(parts) == 6 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "namespaces" && parts[4] == "pods"
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -156,4 +157,69 @@ func podSpec(node string) corev1.PodSpec {
 		TerminationGracePeriodSeconds: ptr.To[int64](30),
 		Containers:                    []corev1.Container{{Name: "app", Image: "registry.invalid/app:1"}},
 	}
+}
+
+// Recreate plays the ReplicaSet controller for rs: when one of its pods
+// starts terminating (evicted, deleted), a replacement is created on one of
+// hosts that is Ready and schedulable (waiting for one if none is), so
+// that PodDisruptionBudgets recover as in a cluster. It stops with ctx.
+func (cp *ControlPlane) Recreate(ctx context.Context, rs *appsv1.ReplicaSet, hosts []*SimHost) {
+	sel := metav1.FormatLabelSelector(rs.Spec.Selector)
+	seen := map[string]bool{}
+	var mu sync.Mutex
+	next := 0
+	replace := func(p *corev1.Pod) {
+		for ctx.Err() == nil {
+			mu.Lock()
+			var target *SimHost
+			for i := range hosts {
+				h := hosts[(next+i)%len(hosts)]
+				if h.Name == p.Spec.NodeName {
+					continue
+				}
+				n, err := cp.Admin.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{})
+				if err == nil && NodeReady(n) && !n.Spec.Unschedulable {
+					target, next = h, (next+i+1)%len(hosts)
+					break
+				}
+			}
+			mu.Unlock()
+			if target != nil {
+				np := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{GenerateName: rs.Name + "-", Namespace: rs.Namespace, Labels: p.Labels, OwnerReferences: p.OwnerReferences},
+					Spec:       podSpec(target.Name),
+				}
+				np.Spec.Volumes, np.Spec.Containers = p.Spec.Volumes, p.Spec.Containers
+				if _, err := cp.Admin.CoreV1().Pods(rs.Namespace).Create(ctx, np, metav1.CreateOptions{}); err == nil {
+					return
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	go func() {
+		for ctx.Err() == nil {
+			w, err := cp.Admin.CoreV1().Pods(rs.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: sel})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok || (p.DeletionTimestamp == nil && ev.Type != "DELETED") {
+					continue
+				}
+				mu.Lock()
+				dup := seen[string(p.UID)]
+				seen[string(p.UID)] = true
+				mu.Unlock()
+				if !dup {
+					go replace(p.DeepCopy())
+				}
+			}
+		}
+	}()
 }

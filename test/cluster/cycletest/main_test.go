@@ -1,0 +1,217 @@
+// Package cycletest runs the real kured-host binary, one process per
+// simulated host, against the real API server: the whole reboot cycle,
+// with each host's own credentials, kubeconfig, host root and private
+// D-Bus with a logind stand-in.
+package cycletest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/host/logindtest"
+	"github.com/kured-host/kured-host/test/cluster"
+)
+
+var (
+	cp  *cluster.ControlPlane
+	bin string
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kured-host-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "kured-host")
+	// Built in the product's own module, as the Makefile builds it.
+	build := exec.Command("go", "build", "-o", bin, "./cmd/kured-host")
+	build.Dir = "../../.."
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build kured-host: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	opts := cluster.Options{}
+	if os.Getenv("CLUSTER_LOG") != "" {
+		opts.Log = os.Stderr
+	}
+	cp, err = cluster.Start(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	cp.Stop()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const zoneLabel = "topology.kubernetes.io/zone"
+
+// node is a SimHost running the real kured-host.
+type node struct {
+	h      *cluster.SimHost
+	bus    *logindtest.Bus
+	logind *logindtest.Logind
+	config string
+	log    *bytes.Buffer
+	logMu  *sync.Mutex
+}
+
+type nodeSpec struct {
+	name   string
+	zone   string
+	config func(*config.Config) // changes to the base configuration
+	// logind reboots through the logind stand-in (else the command method).
+	logind bool
+	down   time.Duration
+	stop   time.Duration // PodStopDelay
+}
+
+// baseConfig is every test node's configuration: the defaults with a short
+// period, so that re-checks happen within a test, and debug logs.
+func baseConfig() config.Config {
+	c := config.Default()
+	c.Sentinel.Period = config.Duration(2 * time.Second)
+	c.Lock.WaitingGrace = config.Duration(10 * time.Second)
+	c.Log.Level = "debug"
+	return c
+}
+
+func startNode(t *testing.T, ctx context.Context, s nodeSpec) *node {
+	t.Helper()
+	labels := map[string]string{}
+	if s.zone != "" {
+		labels[zoneLabel] = s.zone
+	}
+	if s.down == 0 {
+		s.down = 300 * time.Millisecond
+	}
+	h, err := cp.AddHost(ctx, cluster.HostOptions{Name: s.name, Labels: labels, DownTime: s.down, PodStopDelay: s.stop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.RemoveHost(context.Background(), h) })
+	n := &node{h: h, log: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	if n.bus, err = logindtest.StartBus(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.bus.Stop)
+	// logind reboots the host when asked, as the real one would.
+	if n.logind, err = logindtest.Serve(n.bus.Address, func() {
+		cmd := h.RebootCommand()
+		_ = exec.Command(cmd[0], cmd[1:]...).Run()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.logind.Close() })
+
+	c := baseConfig()
+	if !s.logind {
+		c.Reboot.Method, c.Reboot.Command = config.RebootCommand, h.RebootCommand()
+	}
+	if s.config != nil {
+		s.config(&c)
+	}
+	cfg, err := config.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.config = filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(n.config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "check", "--quiet", "--config", n.config).CombinedOutput(); err != nil {
+		t.Fatalf("config for %s: %v\n%s\n%s", s.name, err, out, cfg)
+	}
+	h.AddProcess("kured-host", func() *exec.Cmd {
+		cmd := exec.Command(bin, "run", "--config", n.config, "--host-root", h.Root)
+		cmd.Env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+n.bus.Address, "NOTIFY_SOCKET=")
+		w := &lockedWriter{mu: n.logMu, w: n.log}
+		cmd.Stdout, cmd.Stderr = w, w
+		return cmd
+	})
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("CYCLE_LOGS") != "" {
+			n.logMu.Lock()
+			t.Logf("--- kured-host on %s:\n%s", s.name, tail(n.log.String(), 6000))
+			n.logMu.Unlock()
+		}
+	})
+	return n
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (n *node) logs() string {
+	n.logMu.Lock()
+	defer n.logMu.Unlock()
+	return n.log.String()
+}
+
+// claimOf reads the node's claim as the admin sees it.
+func claimOf(t *testing.T, ctx context.Context, name string) (claim.State, claim.Claim, bool) {
+	t.Helper()
+	n, err := cp.Admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv := n.Labels[claim.Label]
+	if lv == "" {
+		return "", claim.Claim{}, n.Spec.Unschedulable
+	}
+	c, _ := claim.Parse(lv, n.Annotations[claim.Annotation])
+	return claim.State(lv), c, n.Spec.Unschedulable
+}
+
+// waitFor polls cond until it holds.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitDone waits until each node has booted twice and has no claim left.
+func waitDone(t *testing.T, ctx context.Context, nodes ...*node) {
+	t.Helper()
+	for _, n := range nodes {
+		waitFor(t, ctx, n.h.Name+" rebooted and released", func() bool {
+			st, _, _ := claimOf(t, ctx, n.h.Name)
+			return n.h.Boots() >= 2 && st == ""
+		})
+	}
+}
+
+func metav1GetOptions() metav1.GetOptions { return metav1.GetOptions{} }
