@@ -263,7 +263,9 @@ func (h *SimHost) AddService(name string, f func(ctx context.Context) error) {
 
 // AddProcess runs the command cmd makes on the host now and after every
 // boot; a reboot kills it (SIGKILL to its process group), as a real one
-// does.
+// does. Like a systemd service with Restart=on-failure and
+// RestartPreventExitStatus=2, a process that exits with a status other
+// than 0 and 2 is started again half a second later.
 func (h *SimHost) AddProcess(name string, cmd func() *exec.Cmd) {
 	h.addService(&service{name: name, cmd: cmd})
 }
@@ -312,8 +314,20 @@ func (h *SimHost) startService(bootCtx context.Context, s *service) {
 		defer close(done)
 		defer close(exited)
 		err := c.Wait()
-		if ctx.Err() == nil {
-			h.cp.logf("host %s: process %s exited: %v", h.Name, s.name, err)
+		if ctx.Err() != nil {
+			return
+		}
+		h.cp.logf("host %s: process %s exited: %v", h.Name, s.name, err)
+		if code := c.ProcessState.ExitCode(); code != 0 && code != 2 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+				h.bootWG.Add(1)
+				go func() {
+					defer h.bootWG.Done()
+					h.restartAfterFailure(ctx, s)
+				}()
+			}
 		}
 	}()
 	go func() {
@@ -324,6 +338,18 @@ func (h *SimHost) startService(bootCtx context.Context, s *service) {
 		case <-exited:
 		}
 	}()
+}
+
+// restartAfterFailure starts s again if it was not restarted or stopped
+// meanwhile.
+func (h *SimHost) restartAfterFailure(ctx context.Context, s *service) {
+	h.mu.Lock()
+	up, bctx := h.up, h.bootCtx
+	h.mu.Unlock()
+	if !up || ctx.Err() != nil || bctx.Err() != nil {
+		return
+	}
+	h.startService(bctx, s)
 }
 
 // RestartService kills the service name as a crash would (its context is
