@@ -127,6 +127,16 @@ func TestCycle(t *testing.T) {
 			}
 		}
 	}
+	// Sentinel to join: from creating the file to the waiting claim the
+	// auditor sees (inotify, the blockers, one write).
+	for _, n := range nodes {
+		for _, st := range a.History() {
+			if st.Node == n.h.Name && st.ClaimLabel != "" {
+				t.Logf("%s: sentinel to claim seen by the auditor: %s", n.h.Name, st.Seen.Sub(began).Round(time.Millisecond))
+				break
+			}
+		}
+	}
 	timeline(t, a, "cycle-1")
 }
 

@@ -67,6 +67,8 @@ type node struct {
 	config string
 	log    *bytes.Buffer
 	logMu  *sync.Mutex
+	// notifySocket is $NOTIFY_SOCKET for the daemon ("" for none).
+	notifySocket string
 }
 
 type nodeSpec struct {
@@ -137,7 +139,10 @@ func startNode(t *testing.T, ctx context.Context, s nodeSpec) *node {
 	}
 	h.AddProcess("kured-host", func() *exec.Cmd {
 		cmd := exec.Command(bin, "run", "--config", n.config, "--host-root", h.Root)
-		cmd.Env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+n.bus.Address, "NOTIFY_SOCKET=")
+		n.logMu.Lock()
+		sock := n.notifySocket
+		n.logMu.Unlock()
+		cmd.Env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+n.bus.Address, "NOTIFY_SOCKET="+sock)
 		w := &lockedWriter{mu: n.logMu, w: n.log}
 		cmd.Stdout, cmd.Stderr = w, w
 		return cmd
