@@ -84,6 +84,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 	}
 	return &Daemon{
 		Config: cfg, Log: log, Notify: s.Notify, Lock: l, Node: node, Metrics: m,
+		Events:   &events.Recorder{Client: client, Host: node},
 		Sentinel: sentinelFor(cfg.Sentinel, s.Root),
 		Blockers: blockersFor(cfg, client, node, logind),
 		Drainer: &drain.Drainer{Client: evictions, Node: node, Log: log.With("component", "drain"), Options: drain.Options{
@@ -92,6 +93,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 			DeleteEmptyDirData: cfg.Drain.DeleteEmptyDirData, EvictUnreplicated: cfg.Drain.EvictUnreplicated,
 		}},
 		Rebooter: reboot,
+		Watchdog: host.WatchdogInterval(),
 		BootID:   s.Root.BootID,
 		Ready:    func(ctx context.Context) (bool, error) { return kube.NodeReady(ctx, client, node) },
 	}, nil

@@ -56,6 +56,11 @@ type Drainer interface {
 	Drain(ctx context.Context) error
 }
 
+// EventSink records Kubernetes Events on this node's Node.
+type EventSink interface {
+	Emit(ctx context.Context, node, eventType, reason, message string) error
+}
+
 // Rebooter reboots the machine (logind or a command).
 type Rebooter interface {
 	Reboot(ctx context.Context) error
@@ -75,8 +80,12 @@ type Daemon struct {
 	// Ready reports whether this node's Node is Ready.
 	Ready   func(ctx context.Context) (bool, error)
 	Metrics *metrics.Metrics
-	Node    string
-	Now     func() time.Time
+	Events  EventSink // may be nil
+	// Watchdog is systemd's WatchdogSec (0: off); WATCHDOG=1 is sent at
+	// half of it.
+	Watchdog time.Duration
+	Node     string
+	Now      func() time.Time
 
 	mu      sync.Mutex
 	needed  bool
@@ -115,6 +124,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.notify("READY=1")
 	log.Info("ready", "node", d.Node)
+	if d.Watchdog > 0 {
+		go d.watchdog(ctx)
+	}
 	failures := 0
 	for ctx.Err() == nil {
 		err := d.step(ctx, log)
@@ -133,6 +145,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.notify("STOPPING=1")
 	log.Info("stopping", "reason", context.Cause(ctx))
 	return nil
+}
+
+func (d *Daemon) watchdog(ctx context.Context) {
+	t := time.NewTicker(d.Watchdog / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			d.notify("WATCHDOG=1")
+		}
+	}
 }
 
 func stopped(ctx context.Context, err error) error {
@@ -268,22 +293,33 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 		return d.waitChange(ctx, time.Hour)
 	}
 	if blocked := block.Check(ctx, d.Blockers); len(blocked) > 0 {
-		d.reportBlocked(log, blocked)
+		d.reportBlocked(ctx, log, blocked)
 		return d.waitChange(ctx, d.recheck())
 	}
 	d.setStatus("reboot needed: joining the queue")
 	return d.Lock.Join(ctx)
 }
 
-func (d *Daemon) reportBlocked(log *slog.Logger, blocked []block.Blocked) {
+func (d *Daemon) reportBlocked(ctx context.Context, log *slog.Logger, blocked []block.Blocked) {
 	s := block.Summary(blocked)
 	d.mu.Lock()
 	same := d.status == "reboot needed; waiting: "+s
 	d.mu.Unlock()
 	if !same {
 		log.Info("reboot needed but blocked", "blocked_by", s)
+		d.event(ctx, log, "Normal", "Blocked", "Reboot needed but waiting: "+s)
 	}
 	d.setStatus("reboot needed; waiting: " + s)
+}
+
+// event records an Event on this node; failing to is logged, never fatal.
+func (d *Daemon) event(ctx context.Context, log *slog.Logger, eventType, reason, message string) {
+	if d.Events == nil {
+		return
+	}
+	if err := d.Events.Emit(ctx, d.Node, eventType, reason, message); err != nil && ctx.Err() == nil {
+		log.Warn("cannot record an event", "reason", reason, "err", err)
+	}
 }
 
 // acquire takes a slot, leaving the queue if the reboot is no longer
@@ -341,7 +377,7 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 		why := "the reboot is no longer needed"
 		if len(blocked) > 0 {
 			why = "blocked: " + block.Summary(blocked)
-			d.reportBlocked(log, blocked)
+			d.reportBlocked(ctx, log, blocked)
 		}
 		log.Info("leaving the queue", "reason", why)
 		return d.Lock.Release(ctx)
@@ -354,7 +390,7 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 	case claim.PhaseAcquired:
 		// Checked again right before the first disruptive step.
 		if blocked := block.Check(ctx, d.Blockers); len(blocked) > 0 {
-			d.reportBlocked(log, blocked)
+			d.reportBlocked(ctx, log, blocked)
 			log.Info("blocked after taking the slot; giving it back", "blocked_by", block.Summary(blocked))
 			return d.Lock.Release(ctx)
 		}
@@ -452,6 +488,7 @@ func (d *Daemon) reboot(ctx context.Context, log *slog.Logger) error {
 			return err
 		}
 		log.Error("still up after asking for a reboot; asking again", "asked", d.Now().Sub(asked).Round(time.Second))
+		d.event(ctx, log, "Warning", "RebootOverdue", fmt.Sprintf("Still up %s after asking for a reboot; asking again", d.Now().Sub(asked).Round(time.Second)))
 		d.setStatus(fmt.Sprintf("holding a reboot slot: reboot overdue (asked %s ago)", d.Now().Sub(asked).Round(time.Second)))
 	}
 }
@@ -460,6 +497,7 @@ func (d *Daemon) reboot(ctx context.Context, log *slog.Logger) error {
 // record the abort, release, and wait before trying again.
 func (d *Daemon) abort(ctx context.Context, log *slog.Logger, c claim.Claim, cause error) error {
 	log.Error("drain failed; uncordoning and giving the slot back", "err", cause)
+	d.event(ctx, log, "Warning", "DrainFailed", "Drain failed, node uncordoned and slot given back: "+firstLine(cause.Error()))
 	d.setStatus("drain failed: " + firstLine(cause.Error()))
 	if err := d.finishAbort(ctx, log, c); err != nil {
 		return err

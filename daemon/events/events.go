@@ -65,3 +65,8 @@ func (r *Recorder) now() time.Time {
 	}
 	return r.Now()
 }
+
+// Emit reports a new event about node (each call its own Event).
+func (r *Recorder) Emit(ctx context.Context, node, eventType, reason, message string) error {
+	return r.Once(ctx, node, eventType, reason, message, fmt.Sprintf("%d", r.now().UnixNano()))
+}

@@ -5,6 +5,7 @@ package host
 
 import (
 	"fmt"
+	"time"
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 )
@@ -20,4 +21,14 @@ func (Systemd) Notify(state string) error {
 		return fmt.Errorf("sd_notify %q: %w", state, err)
 	}
 	return nil
+}
+
+// WatchdogInterval is systemd's WatchdogSec for this service, or 0 when
+// the watchdog is off.
+func WatchdogInterval() time.Duration {
+	d, err := sddaemon.SdWatchdogEnabled(false)
+	if err != nil {
+		return 0
+	}
+	return d
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,6 +59,7 @@ func TestBlockers(t *testing.T) {
 			t.Errorf("log lacks %q", want)
 		}
 	}
+	expectEvent(t, ctx, n.h.Name, "Blocked", "shutdown is inhibited by apt")
 	n.logind.SetInhibitors(nil)
 	stays(t, ctx, n, 3*time.Second, "the backup pod still ran")
 	if err := cp.Admin.CoreV1().Pods("block").Delete(ctx, backup.Name, metav1.DeleteOptions{}); err != nil {
@@ -106,6 +108,7 @@ func TestDrainTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the drain to give up", func() bool { return strings.Contains(stuck.logs(), "drain failed; uncordoning and giving the slot back") })
+	expectEvent(t, ctx, stuck.h.Name, "DrainFailed", "global timeout reached")
 	// The other node takes the slot the stuck one gave back.
 	if err := other.h.SetRebootRequired(true); err != nil {
 		t.Fatal(err)
@@ -183,4 +186,63 @@ func TestSystemdNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("STATUS=holding a reboot slot: draining")
+	waitDone(t, ctx, n)
+	// SIGTERM: a clean stop.
+	if err := n.h.Process("kured-host").Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	expect("STOPPING=1")
+}
+
+// TestWatchdog: with WatchdogSec set (WATCHDOG_USEC, WATCHDOG_PID), the
+// daemon pings at half the interval.
+func TestWatchdog(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	n := startNode(t, ctx, nodeSpec{name: "watchdog-1"})
+	sock := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	n.logMu.Lock()
+	n.notifySocket, n.extraEnv = sock, []string{"WATCHDOG_USEC=1000000"}
+	n.logMu.Unlock()
+	if err := n.h.RestartService("kured-host"); err != nil {
+		t.Fatal(err)
+	}
+	pings := 0
+	buf := make([]byte, 4096)
+	deadline := time.Now().Add(5 * time.Second)
+	_ = conn.SetReadDeadline(deadline)
+	for time.Now().Before(deadline) && pings < 3 {
+		k, err := conn.Read(buf)
+		if err != nil {
+			break
+		}
+		if string(buf[:k]) == "WATCHDOG=1" {
+			pings++
+		}
+	}
+	if pings < 3 {
+		t.Errorf("%d WATCHDOG=1 pings in 5 s with a 1 s watchdog, want several", pings)
+	}
+}
+
+// expectEvent waits for an Event with reason on node whose message says
+// something.
+func expectEvent(t *testing.T, ctx context.Context, node, reason, says string) {
+	t.Helper()
+	waitFor(t, ctx, reason+" event on "+node, func() bool {
+		list, err := cp.Admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if e.Reason == reason && strings.Contains(e.Message, says) && e.Source.Component == "kured-host" {
+				return true
+			}
+		}
+		return false
+	})
 }

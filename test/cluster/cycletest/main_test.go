@@ -69,6 +69,7 @@ type node struct {
 	logMu  *sync.Mutex
 	// notifySocket is $NOTIFY_SOCKET for the daemon ("" for none).
 	notifySocket string
+	extraEnv     []string
 }
 
 type nodeSpec struct {
@@ -140,9 +141,9 @@ func startNode(t *testing.T, ctx context.Context, s nodeSpec) *node {
 	h.AddProcess("kured-host", func() *exec.Cmd {
 		cmd := exec.Command(bin, "run", "--config", n.config, "--host-root", h.Root)
 		n.logMu.Lock()
-		sock := n.notifySocket
+		sock, extra := n.notifySocket, n.extraEnv
 		n.logMu.Unlock()
-		cmd.Env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+n.bus.Address, "NOTIFY_SOCKET="+sock)
+		cmd.Env = append(append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+n.bus.Address, "NOTIFY_SOCKET="+sock), extra...)
 		w := &lockedWriter{mu: n.logMu, w: n.log}
 		cmd.Stdout, cmd.Stderr = w, w
 		return cmd
