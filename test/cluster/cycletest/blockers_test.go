@@ -107,7 +107,9 @@ func TestDrainTimeout(t *testing.T) {
 	if err := stuck.h.SetRebootRequired(true); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the drain to give up", func() bool { return strings.Contains(stuck.logs(), "drain failed; uncordoning and giving the slot back") })
+	waitFor(t, ctx, "the drain to give up", func() bool {
+		return strings.Contains(stuck.logs(), "drain failed; uncordoning and giving the slot back")
+	})
 	expectEvent(t, ctx, stuck.h.Name, "DrainFailed", "global timeout reached")
 	// The other node takes the slot the stuck one gave back.
 	if err := other.h.SetRebootRequired(true); err != nil {
