@@ -68,7 +68,7 @@ func newHost(t *testing.T, ctx context.Context, o HostOptions) *SimHost {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.Shutdown)
+	t.Cleanup(func() { cp.RemoveHost(context.Background(), h) })
 	return h
 }
 
