@@ -16,7 +16,9 @@ import (
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/kube"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/metrics"
+	"github.com/kured-host/kured-host/daemon/notify"
 	"github.com/kured-host/kured-host/daemon/sentinel"
 )
 
@@ -78,13 +80,28 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	messages, err := notify.New(cfg.Notify, node, log)
+	if err != nil {
+		return nil, err
+	}
+	if messages != nil {
+		messages.Failed = func() { m.Errors.WithLabelValues("notify").Inc() }
+	}
 	var reboot Rebooter = logind
 	if cfg.Reboot.Method == config.RebootCommand {
 		reboot = host.CommandRebooter{Argv: cfg.Reboot.Command}
 	}
 	return &Daemon{
 		Config: cfg, Log: log, Notify: s.Notify, Lock: l, Node: node, Metrics: m,
-		Events:   &events.Recorder{Client: client, Host: node},
+		Events: &events.Limited{
+			Sink: &events.Recorder{Client: client, Host: node}, Now: time.Now,
+			Repeat: time.Hour, Spacing: time.Minute,
+		},
+		Marks: &marks.Marker{
+			Client: client, Node: node, Annotate: cfg.Node.Annotate,
+			Pre: cfg.Node.PreRebootLabels, Post: cfg.Node.PostRebootLabels,
+		},
+		Messages: messenger(messages),
 		Sentinel: sentinelFor(cfg.Sentinel, s.Root),
 		Blockers: blockersFor(cfg, client, node, logind),
 		Drainer: &drain.Drainer{Client: evictions, Node: node, Log: log.With("component", "drain"), Options: drain.Options{
@@ -97,6 +114,15 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 		BootID:   s.Root.BootID,
 		Ready:    func(ctx context.Context) (bool, error) { return kube.NodeReady(ctx, client, node) },
 	}, nil
+}
+
+// messenger keeps a nil *notify.Notifier from becoming a non-nil
+// interface.
+func messenger(n *notify.Notifier) Messenger {
+	if n == nil {
+		return nil
+	}
+	return n
 }
 
 func sentinelFor(c config.SentinelConfig, root host.Root) sentinel.Checker {

@@ -24,6 +24,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/daemon/metrics"
+	"github.com/kured-host/kured-host/daemon/notify"
 	"github.com/kured-host/kured-host/daemon/sentinel"
 )
 
@@ -81,17 +82,23 @@ type Daemon struct {
 	Ready   func(ctx context.Context) (bool, error)
 	Metrics *metrics.Metrics
 	Events  EventSink // may be nil
+	// Marks and Messages are kured's node marks and notifications; nil
+	// when not configured.
+	Marks    Marker
+	Messages Messenger
 	// Watchdog is systemd's WatchdogSec (0: off); WATCHDOG=1 is sent at
 	// half of it.
 	Watchdog time.Duration
 	Node     string
 	Now      func() time.Time
 
-	mu      sync.Mutex
-	needed  bool
-	sentErr error
-	changed chan struct{}
-	status  string
+	mu     sync.Mutex
+	needed bool
+	// toldNeeded: RebootRequired was reported for the current need.
+	toldNeeded bool
+	sentErr    error
+	changed    chan struct{}
+	status     string
 }
 
 // Run runs the cycle until ctx is cancelled (SIGTERM); cancellation is a
@@ -138,6 +145,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			failures++
 			wait := min(time.Duration(failures)*5*time.Second, time.Minute)
 			log.Error("step failed; trying again", "err", err, "retry_in", wait)
+			d.failed("step")
 			d.setStatus("error: " + firstLine(err.Error()) + " (retrying)")
 			_ = sleep(ctx, wait)
 		}
@@ -190,6 +198,7 @@ func (d *Daemon) setNeeded(needed bool, err error, log *slog.Logger) {
 	switch {
 	case err != nil:
 		log.Error("cannot tell whether a reboot is needed", "sentinel", d.Sentinel.String(), "err", err)
+		d.failed("sentinel")
 	case needed:
 		log.Info("reboot needed", "sentinel", d.Sentinel.String())
 	default:
@@ -272,6 +281,7 @@ func (d *Daemon) step(ctx context.Context, log *slog.Logger) error {
 		}
 		return d.beforeReboot(ctx, log, c, boot)
 	}
+	d.state("unreadable")
 	d.setStatus("own claim cannot be read; waiting for it to be fixed or removed")
 	log.Error("own claim is in a state this daemon does not write; leaving it alone", "state", string(state))
 	if err := d.waitChange(ctx, d.recheck()); err != nil {
@@ -283,21 +293,45 @@ func (d *Daemon) step(ctx context.Context, log *slog.Logger) error {
 
 // idle: join the queue once a reboot is needed and nothing blocks it.
 func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
+	d.state("idle")
+	d.queuePosition(-1)
 	needed, err := d.rebootNeeded()
 	switch {
 	case err != nil:
 		d.setStatus("cannot tell whether a reboot is needed: " + firstLine(err.Error()))
 		return d.waitChange(ctx, d.recheck())
 	case !needed:
+		d.toldNeeded = false
+		d.blockers(nil)
 		d.setStatus("idle: no reboot needed")
 		return d.waitChange(ctx, time.Hour)
 	}
-	if blocked := block.Check(ctx, d.Blockers); len(blocked) > 0 {
+	if !d.toldNeeded {
+		d.toldNeeded = true
+		d.event(ctx, log, "Normal", ReasonRebootRequired, "A reboot is needed: "+d.Sentinel.String())
+		d.mark(ctx, log, "reboot needed", func(m Marker) error { return m.Needed(ctx, d.Now()) })
+	}
+	blocked := block.Check(ctx, d.Blockers)
+	d.blockers(blocked)
+	if len(blocked) > 0 {
+		d.state("blocked")
 		d.reportBlocked(ctx, log, blocked)
 		return d.waitChange(ctx, d.recheck())
 	}
 	d.setStatus("reboot needed: joining the queue")
-	return d.Lock.Join(ctx)
+	if err := d.Lock.Join(ctx); err != nil {
+		return err
+	}
+	d.event(ctx, log, "Normal", ReasonWaitingForSlot, "Joined the queue for a reboot slot ("+limitsText(d.Config.Lock)+")")
+	return nil
+}
+
+func limitsText(c config.LockConfig) string {
+	s := fmt.Sprintf("at most %d node(s) at once", c.Concurrency)
+	for _, g := range c.Groups {
+		s += fmt.Sprintf(", %d per %s", g.Max, g.Label)
+	}
+	return s + ", or stricter limits published by other nodes"
 }
 
 func (d *Daemon) reportBlocked(ctx context.Context, log *slog.Logger, blocked []block.Blocked) {
@@ -307,19 +341,9 @@ func (d *Daemon) reportBlocked(ctx context.Context, log *slog.Logger, blocked []
 	d.mu.Unlock()
 	if !same {
 		log.Info("reboot needed but blocked", "blocked_by", s)
-		d.event(ctx, log, "Normal", "Blocked", "Reboot needed but waiting: "+s)
+		d.event(ctx, log, "Normal", ReasonBlocked, "Reboot needed but waiting: "+s)
 	}
 	d.setStatus("reboot needed; waiting: " + s)
-}
-
-// event records an Event on this node; failing to is logged, never fatal.
-func (d *Daemon) event(ctx context.Context, log *slog.Logger, eventType, reason, message string) {
-	if d.Events == nil {
-		return
-	}
-	if err := d.Events.Emit(ctx, d.Node, eventType, reason, message); err != nil && ctx.Err() == nil {
-		log.Warn("cannot record an event", "reason", reason, "err", err)
-	}
 }
 
 // acquire takes a slot, leaving the queue if the reboot is no longer
@@ -329,7 +353,14 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := d.Lock.Acquire(actx)
+		c, err := d.Lock.Acquire(actx)
+		if err == nil {
+			waited := d.Now().Sub(c.Since)
+			if d.Metrics != nil {
+				d.Metrics.SlotWait.Observe(max(waited, 0).Seconds())
+			}
+			d.event(ctx, log, "Normal", ReasonSlotAcquired, fmt.Sprintf("Took a reboot slot after waiting %s", waited.Round(time.Second)))
+		}
 		done <- err
 	}()
 	tick := time.NewTicker(min(d.recheck(), 5*time.Second))
@@ -349,16 +380,22 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 		st := d.Lock.Status()
 		switch {
 		case st.State == claim.Waiting && st.Position >= 0:
+			d.state("waiting")
+			d.queuePosition(st.Position)
 			d.setStatus(fmt.Sprintf("waiting for a reboot slot: %d ahead (%s)", st.Position, st.Reason))
 		case st.State == claim.Entering:
+			d.state("entering")
+			d.queuePosition(0)
 			d.setStatus("taking a reboot slot: " + st.Reason)
 		default:
+			d.state("waiting")
 			d.setStatus("waiting for a reboot slot")
 		}
 		needed, nerr := d.rebootNeeded()
 		var blocked []block.Blocked
 		if nerr == nil && needed && d.Now().Sub(lastBlockers) >= d.recheck() {
 			blocked = block.Check(ctx, d.Blockers)
+			d.blockers(blocked)
 			lastBlockers = d.Now()
 		}
 		if nerr == nil && needed && len(blocked) == 0 {
@@ -380,7 +417,12 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 			d.reportBlocked(ctx, log, blocked)
 		}
 		log.Info("leaving the queue", "reason", why)
-		return d.Lock.Release(ctx)
+		if err := d.Lock.Release(ctx); err != nil {
+			return err
+		}
+		d.event(ctx, log, "Normal", ReasonLeftQueue, "Left the queue for a reboot slot: "+why)
+		d.queuePosition(-1)
+		return nil
 	}
 }
 
@@ -389,10 +431,18 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 	switch c.Phase {
 	case claim.PhaseAcquired:
 		// Checked again right before the first disruptive step.
-		if blocked := block.Check(ctx, d.Blockers); len(blocked) > 0 {
+		d.state("draining")
+		d.queuePosition(-1)
+		blocked := block.Check(ctx, d.Blockers)
+		d.blockers(blocked)
+		if len(blocked) > 0 {
 			d.reportBlocked(ctx, log, blocked)
 			log.Info("blocked after taking the slot; giving it back", "blocked_by", block.Summary(blocked))
-			return d.Lock.Release(ctx)
+			if err := d.Lock.Release(ctx); err != nil {
+				return err
+			}
+			d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back before cordoning: blocked by "+block.Summary(blocked))
+			return nil
 		}
 		if _, err := d.Lock.Confirm(ctx); err != nil {
 			return d.lost(ctx, log, c, err)
@@ -414,14 +464,22 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 				return err
 			}
 			log.Info("cordoned")
+			d.event(ctx, log, "Normal", ReasonCordoned, "Cordoned for the reboot")
+		} else {
+			d.event(ctx, log, "Normal", ReasonCordoned, "Already unschedulable; it will stay so after the reboot")
 		}
 		return nil
 	case claim.PhaseCordoned:
+		d.state("draining")
 		if c.Cordoned {
 			if _, err := d.Drainer.Cordon(ctx); err != nil {
 				return err
 			}
 		}
+		// Here rather than at the cordon so that a restart in between
+		// still marks the node: these writes are idempotent.
+		d.mark(ctx, log, "reboot in progress", func(m Marker) error { return m.Started(ctx, d.Now()) })
+		d.message(ctx, notify.Drain, "")
 		if delay := d.Config.Drain.Delay.Std(); delay > 0 {
 			d.setStatus(fmt.Sprintf("holding a reboot slot: draining in %s", delay))
 			if err := sleep(ctx, delay); err != nil {
@@ -434,18 +492,25 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 		if _, err := d.Lock.Confirm(ctx); err != nil {
 			return d.lost(ctx, log, c, err)
 		}
+		d.state("draining")
 		d.setStatus("holding a reboot slot: draining")
 		began := d.Now()
 		if err := d.Drainer.Drain(ctx); err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
+			d.drainTook("failed", began)
+			d.failed("drain")
 			if !d.Config.Drain.ForceReboot {
 				return d.abort(ctx, log, c, err)
 			}
 			log.Warn("drain failed; rebooting anyway (drain.force_reboot)", "err", err)
+			d.event(ctx, log, "Warning", ReasonDrainFailed, "Drain failed; rebooting anyway (drain.force_reboot): "+firstLine(err.Error()))
+			d.message(ctx, notify.Failure, "drain failed, rebooting anyway: "+firstLine(err.Error()))
 		} else {
-			log.Info("drained", "took", d.Now().Sub(began).Round(time.Millisecond))
+			took := d.drainTook("ok", began)
+			log.Info("drained", "took", took.Round(time.Millisecond))
+			d.event(ctx, log, "Normal", ReasonDrained, fmt.Sprintf("Drained in %s", took.Round(time.Second)))
 		}
 		_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseDrained })
 		return d.lostIf(ctx, log, c, err)
@@ -464,7 +529,7 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase, c.BootID = claim.PhaseRebooting, boot }); err != nil {
 			return d.lost(ctx, log, c, err)
 		}
-		return d.reboot(ctx, log)
+		return d.reboot(ctx, log, boot)
 	case claim.PhaseAborted:
 		return d.finishAbort(ctx, log, c)
 	}
@@ -476,28 +541,56 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 
 // reboot asks for the reboot, and again if the machine is still up after
 // reboot.timeout.
-func (d *Daemon) reboot(ctx context.Context, log *slog.Logger) error {
+func (d *Daemon) reboot(ctx context.Context, log *slog.Logger, boot string) error {
+	d.state("rebooting")
 	d.setStatus("holding a reboot slot: rebooting")
 	log.Info("rebooting")
+	d.event(ctx, log, "Normal", ReasonRebooting, fmt.Sprintf("Rebooting (%s; boot %.8s)", d.rebootMethod(), boot))
+	d.message(ctx, notify.Reboot, "")
 	asked := d.Now()
 	for {
 		if err := d.Rebooter.Reboot(ctx); err != nil {
+			if ctx.Err() == nil {
+				d.failed("reboot")
+				d.event(ctx, log, "Warning", ReasonRebootFailed, "The reboot was refused, trying again: "+firstLine(err.Error()))
+				d.message(ctx, notify.Failure, "the reboot was refused: "+firstLine(err.Error()))
+			}
 			return fmt.Errorf("reboot: %w", err)
 		}
 		if err := sleep(ctx, d.Config.Reboot.Timeout.Std()); err != nil {
 			return err
 		}
-		log.Error("still up after asking for a reboot; asking again", "asked", d.Now().Sub(asked).Round(time.Second))
-		d.event(ctx, log, "Warning", "RebootOverdue", fmt.Sprintf("Still up %s after asking for a reboot; asking again", d.Now().Sub(asked).Round(time.Second)))
-		d.setStatus(fmt.Sprintf("holding a reboot slot: reboot overdue (asked %s ago)", d.Now().Sub(asked).Round(time.Second)))
+		late := d.Now().Sub(asked).Round(time.Second)
+		log.Error("still up after asking for a reboot; asking again", "asked", late)
+		d.failed("reboot")
+		d.event(ctx, log, "Warning", ReasonRebootOverdue, fmt.Sprintf("Still up %s after asking for a reboot; asking again", late))
+		d.message(ctx, notify.Failure, fmt.Sprintf("still up %s after asking for a reboot", late))
+		d.setStatus(fmt.Sprintf("holding a reboot slot: reboot overdue (asked %s ago)", late))
 	}
+}
+
+func (d *Daemon) rebootMethod() string {
+	if d.Config.Reboot.Method == config.RebootCommand {
+		return "command " + strings.Join(d.Config.Reboot.Command, " ")
+	}
+	return "systemd-logind"
+}
+
+// drainTook records a drain's duration.
+func (d *Daemon) drainTook(result string, began time.Time) time.Duration {
+	took := d.Now().Sub(began)
+	if d.Metrics != nil {
+		d.Metrics.DrainDuration.WithLabelValues(result).Observe(took.Seconds())
+	}
+	return took
 }
 
 // abort gives the slot back after a failed drain: uncordon if we cordoned,
 // record the abort, release, and wait before trying again.
 func (d *Daemon) abort(ctx context.Context, log *slog.Logger, c claim.Claim, cause error) error {
 	log.Error("drain failed; uncordoning and giving the slot back", "err", cause)
-	d.event(ctx, log, "Warning", "DrainFailed", "Drain failed, node uncordoned and slot given back: "+firstLine(cause.Error()))
+	d.event(ctx, log, "Warning", ReasonDrainFailed, "Drain failed, node uncordoned and slot given back: "+firstLine(cause.Error()))
+	d.message(ctx, notify.Failure, "drain failed: "+firstLine(cause.Error()))
 	d.setStatus("drain failed: " + firstLine(cause.Error()))
 	if err := d.finishAbort(ctx, log, c); err != nil {
 		return err
@@ -513,13 +606,19 @@ func (d *Daemon) finishAbort(ctx context.Context, log *slog.Logger, c claim.Clai
 			return err
 		}
 		log.Info("uncordoned")
+		d.event(ctx, log, "Normal", ReasonUncordoned, "Uncordoned: the reboot was given up")
 	}
+	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.Cancelled(ctx) })
 	if c.Phase != claim.PhaseAborted {
 		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase, c.Cordoned = claim.PhaseAborted, false }); err != nil {
 			return d.lost(ctx, log, c, err)
 		}
 	}
-	return d.Lock.Release(ctx)
+	if err := d.Lock.Release(ctx); err != nil {
+		return err
+	}
+	d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back without rebooting")
+	return nil
 }
 
 // lostIf handles an error from a claim write.
@@ -537,12 +636,15 @@ func (d *Daemon) lost(ctx context.Context, log *slog.Logger, c claim.Claim, err 
 		return err
 	}
 	log.Warn("the slot is no longer ours before the reboot; stopping and starting over", "err", err)
+	d.event(ctx, log, "Warning", ReasonSlotLost, "The reboot slot was taken away before the reboot (claim removed or changed by someone else); starting over")
 	if c.Cordoned {
 		if err := d.Drainer.Uncordon(ctx); err != nil {
 			return err
 		}
 		log.Info("uncordoned")
+		d.event(ctx, log, "Normal", ReasonUncordoned, "Uncordoned: the reboot slot was lost")
 	}
+	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.Cancelled(ctx) })
 	_, _, rerr := d.Lock.Own(ctx)
 	return rerr
 }
@@ -551,23 +653,33 @@ func (d *Daemon) lost(ctx context.Context, log *slog.Logger, c claim.Claim, err 
 // node to be Ready and healthy, uncordon if we cordoned, wait the release
 // delay and release.
 func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	d.state("rebooted")
 	if c.Phase != claim.PhaseRebooted && c.Phase != claim.PhaseReleasing {
-		log.Info("back after the reboot", "previous_boot", c.BootID)
+		// The claim's last write before the reboot was the request.
+		down := d.Now().Sub(c.Updated)
+		log.Info("back after the reboot", "previous_boot", c.BootID, "since_reboot_requested", down.Round(time.Second))
+		if d.Metrics != nil && c.Phase == claim.PhaseRebooting && down > 0 {
+			d.Metrics.RebootDuration.Observe(down.Seconds())
+		}
 		var err error
 		if c, err = d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseRebooted }); err != nil {
 			return err
 		}
+		d.event(ctx, log, "Normal", ReasonRebooted, fmt.Sprintf("Rebooted: back %s after asking (boot %.8s before)", down.Round(time.Second), c.BootID))
 	}
 	if c.Phase == claim.PhaseRebooted {
 		if err := d.waitHealthy(ctx, log); err != nil {
 			return err
 		}
+		d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) })
 		if c.Cordoned {
 			if err := d.Drainer.Uncordon(ctx); err != nil {
 				return err
 			}
 			log.Info("uncordoned")
+			d.event(ctx, log, "Normal", ReasonUncordoned, "Uncordoned after the reboot")
 		}
+		d.message(ctx, notify.Uncordon, "")
 	}
 	if delay := d.Config.Lock.ReleaseDelay.Std(); delay > 0 {
 		d.setStatus(fmt.Sprintf("rebooted; holding the slot for the release delay (%s)", delay))
@@ -576,6 +688,8 @@ func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Clai
 		return err
 	}
 	log.Info("reboot done; slot released")
+	d.event(ctx, log, "Normal", ReasonSlotReleased, "Reboot done; reboot slot released")
+	d.state("idle")
 	d.setStatus("idle: rebooted")
 	return nil
 }
@@ -600,7 +714,11 @@ func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
 		}
 		d.setStatus("rebooted; waiting: " + why)
 		if !reported && d.Now().Sub(began) > d.Config.Health.Timeout.Std() {
-			log.Error("not healthy long after the reboot; keeping the slot", "waited", d.Now().Sub(began).Round(time.Second), "why", why)
+			waited := d.Now().Sub(began).Round(time.Second)
+			log.Error("not healthy long after the reboot; keeping the slot", "waited", waited, "why", why)
+			d.failed("health")
+			d.event(ctx, log, "Warning", ReasonHealthCheckFailed, fmt.Sprintf("Not healthy %s after the reboot, keeping the slot until it is: %s", waited, why))
+			d.message(ctx, notify.Failure, fmt.Sprintf("not healthy %s after the reboot: %s", waited, why))
 			reported = true
 		}
 		if err := sleep(ctx, 2*time.Second); err != nil {

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,4 +70,51 @@ func (r *Recorder) now() time.Time {
 // Emit reports a new event about node (each call its own Event).
 func (r *Recorder) Emit(ctx context.Context, node, eventType, reason, message string) error {
 	return r.Once(ctx, node, eventType, reason, message, fmt.Sprintf("%d", r.now().UnixNano()))
+}
+
+// Sink is where Limited sends the events it lets through.
+type Sink interface {
+	Emit(ctx context.Context, node, eventType, reason, message string) error
+}
+
+// Limited keeps a stuck state from flooding the node's Events: the same
+// reason and message are recorded at most once per Repeat, and the same
+// reason with a new message at most once per Spacing. A cycle records
+// each of its reasons once, so only a state that keeps repeating (a
+// blocker, an overdue reboot, a drain failing again) is held back.
+type Limited struct {
+	Sink    Sink
+	Now     func() time.Time
+	Repeat  time.Duration // same reason and message
+	Spacing time.Duration // same reason, any message
+
+	mu   sync.Mutex
+	last map[string]time.Time // reason or reason+message -> last recorded
+}
+
+// Emit records the event unless it repeats too soon; held-back events
+// return nil (they are not errors, the log still has them).
+func (l *Limited) Emit(ctx context.Context, node, eventType, reason, message string) error {
+	if !l.admit(reason, message) {
+		return nil
+	}
+	return l.Sink.Emit(ctx, node, eventType, reason, message)
+}
+
+func (l *Limited) admit(reason, message string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.Now()
+	if l.last == nil {
+		l.last = map[string]time.Time{}
+	}
+	exact := reason + "\x00" + message
+	if t, ok := l.last[exact]; ok && now.Sub(t) < l.Repeat {
+		return false
+	}
+	if t, ok := l.last[reason]; ok && now.Sub(t) < l.Spacing {
+		return false
+	}
+	l.last[exact], l.last[reason] = now, now
+	return true
 }

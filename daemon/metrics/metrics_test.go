@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,5 +37,55 @@ kured_host_claim_alarms{state="unreadable"} 1
 kured_reboot_required{node="n1"} 1
 `), "kured_reboot_required"); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestStateAndBlockers(t *testing.T) {
+	m := New()
+	for _, tc := range []struct {
+		state    string
+		blockers []string
+	}{
+		{"idle", nil},
+		{"blocked", []string{"window", "inhibitors"}},
+		{"waiting", nil},
+		{"rebooting", nil},
+	} {
+		m.SetState(tc.state)
+		m.SetBlockers(tc.blockers)
+		for _, s := range States {
+			want := 0.0
+			if s == tc.state {
+				want = 1
+			}
+			if got := testutil.ToFloat64(m.State.WithLabelValues(s)); got != want {
+				t.Errorf("in %s: state %s = %v, want %v", tc.state, s, got, want)
+			}
+		}
+		for _, k := range BlockerKinds {
+			want := 0.0
+			if slices.Contains(tc.blockers, k) {
+				want = 1
+			}
+			if got := testutil.ToFloat64(m.Blockers.WithLabelValues(k)); got != want {
+				t.Errorf("in %s: blockers %s = %v, want %v", tc.state, k, got, want)
+			}
+		}
+	}
+}
+
+// TestEverySeriesFromTheStart: dashboards and absent() alerts see every
+// series before the first reboot.
+func TestEverySeriesFromTheStart(t *testing.T) {
+	m := New()
+	n, err := testutil.GatherAndCount(m.Registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// states + queue position + blockers + errors + alarm states + 2 drain
+	// results; histograms without observations count as one each.
+	want := len(States) + 1 + len(BlockerKinds) + len(ErrorKinds) + len(AlarmStates) + 2 + 2
+	if n != want {
+		t.Errorf("%d series at start, want %d", n, want)
 	}
 }

@@ -1,0 +1,103 @@
+// Package notify sends kured's chat and webhook messages (drain, reboot,
+// uncordon, and failures) through shoutrrr, which knows the services'
+// APIs (Slack, Teams, Matrix, generic webhooks and many more) so that
+// kured's notification URLs keep working unchanged. A message that cannot
+// be sent is logged and counted; it never holds up the cycle.
+package notify
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/nicholas-fedor/shoutrrr/pkg/router"
+	"github.com/nicholas-fedor/shoutrrr/pkg/types"
+
+	"github.com/kured-host/kured-host/daemon/config"
+)
+
+// Kind is what a message is about.
+type Kind string
+
+// The kinds of message, one template each.
+const (
+	Drain    Kind = "drain"
+	Reboot   Kind = "reboot"
+	Uncordon Kind = "uncordon"
+	Failure  Kind = "failure"
+)
+
+// sender is shoutrrr's router as used here.
+type sender interface {
+	Send(message string, params *types.Params) []error
+}
+
+// Notifier sends the configured messages about one node.
+type Notifier struct {
+	sender    sender
+	templates map[Kind]config.Template
+	node      string
+	log       *slog.Logger
+	// Failed is called once per failed send (for the metrics).
+	Failed func()
+}
+
+// Timeout bounds one message to all services, so that a service that
+// does not answer delays the cycle by at most this.
+const Timeout = 10 * time.Second
+
+// New prepares the services of c.URLs; a URL shoutrrr cannot use is an
+// error naming it (its credentials left out). With no URLs it returns nil,
+// a Notifier that sends nothing.
+func New(c config.NotifyConfig, node string, log *slog.Logger) (*Notifier, error) {
+	if len(c.URLs) == 0 {
+		return nil, nil
+	}
+	r, err := router.New(nil)
+	if err != nil {
+		return nil, fmt.Errorf("notify.urls: %w", err)
+	}
+	r.Timeout = Timeout
+	for i, u := range c.URLs {
+		if err := r.AddService(u.URL().String()); err != nil {
+			return nil, fmt.Errorf("notify.urls[%d] (%s): %w", i, redact(u.URL()), err)
+		}
+	}
+	return &Notifier{
+		sender: r, node: node, log: log.With("component", "notify"),
+		templates: map[Kind]config.Template{
+			Drain: c.TemplateDrain, Reboot: c.TemplateReboot,
+			Uncordon: c.TemplateUncordon, Failure: c.TemplateFailure,
+		},
+	}, nil
+}
+
+// redact keeps the scheme and host of a URL: tokens live in the rest.
+func redact(u *url.URL) string {
+	return u.Scheme + "://" + u.Hostname() + "/…"
+}
+
+// Send renders the template for kind and sends it to every service. reason
+// fills {{.Reason}} (failures). A nil Notifier sends nothing.
+func (n *Notifier) Send(ctx context.Context, kind Kind, reason string) {
+	if n == nil || ctx.Err() != nil {
+		return
+	}
+	msg, err := n.templates[kind].Render(config.MessageData{Node: n.node, Reason: reason})
+	if err != nil || msg == "" {
+		if err != nil {
+			n.log.Warn("cannot render the message", "kind", string(kind), "err", err)
+		}
+		return
+	}
+	for _, err := range n.sender.Send(msg, nil) {
+		if err != nil {
+			n.log.Warn("cannot send a notification; carrying on", "kind", string(kind), "err", err)
+			if n.Failed != nil {
+				n.Failed()
+			}
+		}
+	}
+}

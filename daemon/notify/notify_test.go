@@ -1,0 +1,114 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kured-host/kured-host/daemon/config"
+)
+
+// receiver is a local webhook that records the bodies it gets.
+func receiver(t *testing.T, status int) (*httptest.Server, chan string) {
+	t.Helper()
+	got := make(chan string, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var m struct{ Message string }
+		if err := json.Unmarshal(b, &m); err != nil {
+			m.Message = "not JSON: " + string(b)
+		}
+		got <- r.Method + " " + r.URL.Path + " " + m.Message
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, got
+}
+
+func notifyConfig(t *testing.T, raw ...string) config.NotifyConfig {
+	t.Helper()
+	c := config.Default().Notify
+	for _, s := range raw {
+		var u config.URL
+		if err := u.UnmarshalText([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+		c.URLs = append(c.URLs, u)
+	}
+	return c
+}
+
+func genericURL(srv *httptest.Server) string {
+	u, _ := url.Parse(srv.URL)
+	return "generic://" + u.Host + "/hook?disabletls=yes&template=json"
+}
+
+func TestSendsEachKindToTheWebhook(t *testing.T) {
+	srv, got := receiver(t, http.StatusOK)
+	n, err := New(notifyConfig(t, genericURL(srv)), "node-1", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		kind   Kind
+		reason string
+		want   string
+	}{
+		{Drain, "", "Draining node node-1"},
+		{Reboot, "", "Rebooting node node-1"},
+		{Uncordon, "", "Node node-1 rebooted & uncordoned successfully!"},
+		{Failure, "drain timed out", "Reboot of node node-1 failed: drain timed out"},
+	} {
+		n.Send(context.Background(), tc.kind, tc.reason)
+		select {
+		case body := <-got:
+			if !strings.HasPrefix(body, "POST /hook ") || !strings.Contains(body, tc.want) {
+				t.Errorf("%s: webhook got %q, want a POST to /hook with %q", tc.kind, body, tc.want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: nothing arrived", tc.kind)
+		}
+	}
+}
+
+func TestAFailingServiceIsCountedAndDoesNotStop(t *testing.T) {
+	bad, _ := receiver(t, http.StatusInternalServerError)
+	good, got := receiver(t, http.StatusOK)
+	n, err := New(notifyConfig(t, genericURL(bad), genericURL(good)), "node-1", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	n.Failed = func() { failed++ }
+	n.Send(context.Background(), Reboot, "")
+	if failed != 1 {
+		t.Errorf("%d failures counted, want 1 (the service answering 500)", failed)
+	}
+	select {
+	case body := <-got:
+		if !strings.Contains(body, "Rebooting node node-1") {
+			t.Errorf("the working service got %q", body)
+		}
+	default:
+		t.Error("the working service got nothing")
+	}
+}
+
+func TestBadURLs(t *testing.T) {
+	if _, err := New(notifyConfig(t, "nosuchservice://token@example.invalid/x"), "n", slog.New(slog.DiscardHandler)); err == nil ||
+		!strings.Contains(err.Error(), "notify.urls[0]") || strings.Contains(err.Error(), "token") {
+		t.Errorf("unknown service: err = %v, want one naming notify.urls[0] without the token", err)
+	}
+	n, err := New(notifyConfig(t), "n", slog.New(slog.DiscardHandler))
+	if err != nil || n != nil {
+		t.Fatalf("no URLs: %v, %v", n, err)
+	}
+	n.Send(context.Background(), Reboot, "") // a nil Notifier sends nothing
+}

@@ -1,0 +1,130 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/kured-host/kured-host/daemon/block"
+	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/notify"
+)
+
+// The reasons of the Events recorded on the node, one per transition of
+// the cycle; they are stable, for alerts and `kubectl get events
+// --field-selector reason=...`.
+const (
+	ReasonRebootRequired    = "RebootRequired"
+	ReasonBlocked           = "Blocked"
+	ReasonWaitingForSlot    = "WaitingForSlot"
+	ReasonLeftQueue         = "LeftQueue"
+	ReasonSlotAcquired      = "SlotAcquired"
+	ReasonCordoned          = "Cordoned"
+	ReasonDrained           = "Drained"
+	ReasonDrainFailed       = "DrainFailed"
+	ReasonRebooting         = "Rebooting"
+	ReasonRebootFailed      = "RebootFailed"
+	ReasonRebootOverdue     = "RebootOverdue"
+	ReasonRebooted          = "Rebooted"
+	ReasonHealthCheckFailed = "HealthCheckFailed"
+	ReasonUncordoned        = "Uncordoned"
+	ReasonSlotReleased      = "SlotReleased"
+	ReasonSlotLost          = "SlotLost"
+)
+
+// Reasons explains each reason, for the documentation (docs/operations.md
+// is generated from it) and for anyone reading the code.
+var Reasons = []struct{ Reason, Type, When string }{
+	{ReasonRebootRequired, "Normal", "the sentinel says a reboot is needed"},
+	{ReasonBlocked, "Normal", "a reboot is needed but a blocker holds it back (window, pods, alerts, inhibitors); the message lists them"},
+	{ReasonWaitingForSlot, "Normal", "joined the queue for a reboot slot"},
+	{ReasonLeftQueue, "Normal", "left the queue: the reboot is no longer needed, or a blocker appeared while waiting"},
+	{ReasonSlotAcquired, "Normal", "holds a reboot slot; the message says how long it waited"},
+	{ReasonCordoned, "Normal", "cordoned (or found already unschedulable, and left so)"},
+	{ReasonDrained, "Normal", "every pod to evict is gone"},
+	{ReasonDrainFailed, "Warning", "the drain failed or timed out: uncordoned and slot given back (or rebooting anyway with drain.force_reboot)"},
+	{ReasonRebooting, "Normal", "the reboot is being asked for (logind or the command)"},
+	{ReasonRebootFailed, "Warning", "the reboot request was refused; retried"},
+	{ReasonRebootOverdue, "Warning", "still the same boot reboot.timeout after asking; asked again"},
+	{ReasonRebooted, "Normal", "running in a new boot; the message says how long the reboot took"},
+	{ReasonHealthCheckFailed, "Warning", "not Ready or the health command still fails health.timeout after the reboot; the slot stays held"},
+	{ReasonUncordoned, "Normal", "uncordoned (only when kured-host cordoned it)"},
+	{ReasonSlotReleased, "Normal", "the slot is free for the next node"},
+	{ReasonSlotLost, "Warning", "someone else removed or changed the claim before the reboot; the node is put back and starts over"},
+	{lock.ReasonHolderAlarm, "Warning", "another node has held a slot longer than lock.alarm_age (recorded once per holder)"},
+	{lock.ReasonEnteringAlarm, "Warning", "another node has been taking a slot longer than lock.entering_alarm_age"},
+	{lock.ReasonUnreadableClaim, "Warning", "a claim cannot be read; it counts as holding a slot until fixed or removed"},
+}
+
+// Marker sets kured's signals on this node's Node (daemon/marks).
+type Marker interface {
+	Needed(ctx context.Context, at time.Time) error
+	Started(ctx context.Context, at time.Time) error
+	Finished(ctx context.Context) error
+	Cancelled(ctx context.Context) error
+}
+
+// Messenger sends kured's notifications (daemon/notify); it logs its own
+// failures and never blocks for long.
+type Messenger interface {
+	Send(ctx context.Context, kind notify.Kind, reason string)
+}
+
+// event records an Event on this node; failing to is logged, never fatal.
+func (d *Daemon) event(ctx context.Context, log *slog.Logger, eventType, reason, message string) {
+	if d.Events == nil {
+		return
+	}
+	if err := d.Events.Emit(ctx, d.Node, eventType, reason, message); err != nil && ctx.Err() == nil {
+		log.Warn("cannot record an event", "reason", reason, "err", err)
+		d.failed("event")
+	}
+}
+
+// message sends a notification, if any are configured.
+func (d *Daemon) message(ctx context.Context, kind notify.Kind, reason string) {
+	if d.Messages != nil {
+		d.Messages.Send(ctx, kind, reason)
+	}
+}
+
+// mark writes a node mark; marks are signals for others, so failing to
+// write one is reported and the cycle goes on.
+func (d *Daemon) mark(ctx context.Context, log *slog.Logger, what string, write func(Marker) error) {
+	if d.Marks == nil {
+		return
+	}
+	if err := write(d.Marks); err != nil && ctx.Err() == nil {
+		log.Warn("cannot mark the node; carrying on", "mark", what, "err", err)
+		d.failed("marks")
+	}
+}
+
+func (d *Daemon) failed(kind string) {
+	if d.Metrics != nil {
+		d.Metrics.Errors.WithLabelValues(kind).Inc()
+	}
+}
+
+func (d *Daemon) state(s string) {
+	if d.Metrics != nil {
+		d.Metrics.SetState(s)
+	}
+}
+
+func (d *Daemon) blockers(blocked []block.Blocked) {
+	if d.Metrics == nil {
+		return
+	}
+	kinds := make([]string, len(blocked))
+	for i, b := range blocked {
+		kinds[i] = b.Kind
+	}
+	d.Metrics.SetBlockers(kinds)
+}
+
+func (d *Daemon) queuePosition(p int) {
+	if d.Metrics != nil {
+		d.Metrics.QueuePosition.Set(float64(p))
+	}
+}
