@@ -246,7 +246,7 @@ func checkBinary(t *testing.T, root, version string, tg target) {
 	if out := output(t, bin, "version"); !strings.HasPrefix(out, "kured-host "+version+"\n") {
 		t.Errorf("kured-host version printed %q, want version %s", out, version)
 	}
-	output(t, bin, "check", "--quiet", "--config", filepath.Join(root, "etc/kured-host/config.toml"))
+	output(t, bin, "check", "--config-only", "--quiet", "--config", filepath.Join(root, "etc/kured-host/config.toml"))
 }
 
 var exposure = regexp.MustCompile(`Overall exposure level for kured-host.service: ([0-9.]+)`)

@@ -37,7 +37,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "run the daemon (systemd starts it: systemctl enable --now kured-host)", runDaemon},
-		{"check", "validate the configuration and print the effective result", runCheck},
+		{"check", "validate the configuration, then check the host and the cluster for what run needs", runCheck},
+		{"status", "show who holds a reboot slot, who waits and why", runStatus},
 		{"rbac", "print the ClusterRole and binding that clusters >= 1.32 need", runRBAC},
 		{"version", "print the version, commit and Go version", runVersion},
 		{"help", "show help for a command", nil},
@@ -155,31 +156,6 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	return d.Run(ctx)
-}
-
-func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newFlags("check", "[--config FILE] [--quiet]",
-		"Validates the configuration file and the drop-ins in config.d next to it,\n"+
-			"reporting every problem with its file, key and line, and prints the\n"+
-			"effective configuration with where each value came from.\n\n"+
-			"Exit status: 0 valid, 2 invalid.")
-	path := f.String("config", config.DefaultPath, "configuration `file`; drop-ins are read from config.d next to it")
-	quiet := f.Bool("quiet", false, "print nothing when the configuration is valid")
-	if done, err := f.parse(args, stdout); done {
-		return err
-	}
-	l, err := config.Load(*path)
-	if err != nil {
-		return err
-	}
-	if *quiet {
-		return nil
-	}
-	if err := l.Render(stdout); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "configuration OK (%s)\n", strings.Join(l.Files, ", "))
-	return nil
 }
 
 func runRBAC(_ context.Context, args []string, stdout, _ io.Writer) error {

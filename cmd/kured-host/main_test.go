@@ -23,7 +23,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 func TestCheckExample(t *testing.T) {
-	code, out, errs := runCLI(t, "check", "--config", example)
+	code, out, errs := runCLI(t, "check", "--config-only", "--config", example)
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -32,7 +32,7 @@ func TestCheckExample(t *testing.T) {
 			t.Errorf("effective configuration lacks %q:\n%s", want, out)
 		}
 	}
-	if code, out, _ := runCLI(t, "check", "--quiet", "--config", example); code != exitOK || out != "" {
+	if code, out, _ := runCLI(t, "check", "--config-only", "--quiet", "--config", example); code != exitOK || out != "" {
 		t.Errorf("--quiet: exit %d, output %q", code, out)
 	}
 }
@@ -80,7 +80,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"--help"}, exitOK, "Commands:", ""},
 		{[]string{"reboot-now"}, exitUsage, "", `unknown command "reboot-now"`},
 		{[]string{"run", "--help"}, exitOK, "Usage: kured-host run [--config FILE]", ""},
-		{[]string{"check", "-h"}, exitOK, "Exit status: 0 valid, 2 invalid.", ""},
+		{[]string{"check", "-h"}, exitOK, "Exit status: 0 all ok (or warnings), 1 a check failed, 2 invalid configuration.", ""},
 		{[]string{"help", "check"}, exitOK, "-quiet", ""},
 		{[]string{"rbac", "--help"}, exitOK, "kured-host rbac | kubectl apply -f -", ""},
 		{[]string{"version", "--help"}, exitOK, "Usage: kured-host version", ""},

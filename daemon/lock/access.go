@@ -21,19 +21,9 @@ var ErrNoNodeRead = errors.New("no read access to Nodes")
 // identity may get, list and watch Nodes. If not, the error carries the
 // manifest that grants it.
 func CheckAccess(ctx context.Context, client kubernetes.Interface) error {
-	var missing []string
-	for _, verb := range []string{"get", "list", "watch"} {
-		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
-			Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "nodes"},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("check access to nodes (SelfSubjectAccessReview): %w", err)
-		}
-		if !r.Status.Allowed {
-			missing = append(missing, verb)
-		}
+	missing, err := MissingAccess(ctx, client)
+	if err != nil {
+		return err
 	}
 	if len(missing) == 0 {
 		return nil
@@ -42,4 +32,24 @@ func CheckAccess(ctx context.Context, client kubernetes.Interface) error {
 		"since Kubernetes 1.32 a node may read only its own Node unless a role allows more. "+
 		"Apply this once per cluster (kured-host rbac | kubectl apply -f -):\n\n%s",
 		ErrNoNodeRead, strings.Join(missing, ", "), packaging.RBAC)
+}
+
+// MissingAccess returns which of get, list and watch on Nodes this
+// identity may not do, asking the API server (SelfSubjectAccessReview).
+func MissingAccess(ctx context.Context, client kubernetes.Interface) ([]string, error) {
+	var missing []string
+	for _, verb := range []string{"get", "list", "watch"} {
+		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "nodes"},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("check access to nodes (SelfSubjectAccessReview): %w", err)
+		}
+		if !r.Status.Allowed {
+			missing = append(missing, verb)
+		}
+	}
+	return missing, nil
 }

@@ -410,7 +410,7 @@ func (l *Lock) snapshot() ([]claim.Participant, error) {
 	if err != nil {
 		return nil, err
 	}
-	ps := participants(nodes)
+	ps := Participants(nodes)
 	cur := l.current()
 	ps = slices.DeleteFunc(ps, func(p claim.Participant) bool { return p.Name == l.o.Node })
 	if cur.state != "" {
@@ -419,8 +419,10 @@ func (l *Lock) snapshot() ([]claim.Participant, error) {
 	return ps, nil
 }
 
-// participants turns Nodes into the rules' view of them.
-func participants(nodes []*corev1.Node) []claim.Participant {
+// Participants turns Nodes into the rules' view of them: one Participant
+// for each Node with a claim label or annotation (what cannot be read is
+// kept, with Err set); Nodes without a claim are left out.
+func Participants(nodes []*corev1.Node) []claim.Participant {
 	ps := make([]claim.Participant, 0, len(nodes))
 	for _, n := range nodes {
 		lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]
@@ -641,7 +643,7 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	l.mu.Lock()
 	l.own.rv = self.ResourceVersion
 	l.mu.Unlock()
-	ps := participants(nodes)
+	ps := Participants(nodes)
 	var me claim.Participant
 	for _, p := range ps {
 		if p.Name == l.o.Node {

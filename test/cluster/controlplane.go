@@ -352,3 +352,33 @@ func (cp *ControlPlane) UserClient(user string, groups []string) (kubernetes.Int
 	cfg := &rest.Config{Host: cp.Server, QPS: -1, TLSClientConfig: rest.TLSClientConfig{CAData: cp.ServerCA, CertData: certPEM, KeyData: keyPEM}}
 	return kubernetes.NewForConfig(cfg)
 }
+
+// WriteKubeconfig writes a kubeconfig for user in groups (a certificate
+// from the harness's client CA, embedded) to path, for running a binary
+// with that identity: groups system:masters make an admin.
+func (cp *ControlPlane) WriteKubeconfig(path, user string, groups []string) error {
+	certPEM, keyPEM, err := cp.CA.ClientCert(user, groups, time.Hour)
+	if err != nil {
+		return err
+	}
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: %s
+    server: %s
+  name: test
+contexts:
+- context:
+    cluster: test
+    user: user
+  name: test
+current-context: test
+users:
+- name: user
+  user:
+    client-certificate-data: %s
+    client-key-data: %s
+`, b64(cp.ServerCA), cp.Server, b64(certPEM), b64(keyPEM))
+	return os.WriteFile(path, []byte(kc), 0o600)
+}

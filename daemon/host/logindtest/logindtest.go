@@ -1,6 +1,6 @@
 // Package logindtest runs a private D-Bus daemon with a stand-in for
 // systemd-logind on it, implementing the Manager methods kured-host uses
-// (Reboot, ListInhibitors), for tests on a real bus.
+// (Reboot, ListInhibitors, CanReboot), for tests on a real bus.
 package logindtest
 
 import (
@@ -91,6 +91,7 @@ type Logind struct {
 	reboots     []bool // the interactive argument of each Reboot call
 	inhibitors  []Inhibitor
 	rebootError *dbus.Error
+	canReboot   string
 	onReboot    func()
 }
 
@@ -101,7 +102,7 @@ func Serve(address string, onReboot func()) (*Logind, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", address, err)
 	}
-	l := &Logind{conn: conn, onReboot: onReboot}
+	l := &Logind{conn: conn, onReboot: onReboot, canReboot: "yes"}
 	if err := conn.Export(manager{l}, "/org/freedesktop/login1", "org.freedesktop.login1.Manager"); err != nil {
 		conn.Close()
 		return nil, err
@@ -142,6 +143,13 @@ func (l *Logind) FailReboots(name, message string) {
 	l.rebootError = dbus.NewError(name, []any{message})
 }
 
+// SetCanReboot sets what CanReboot answers ("yes" at first).
+func (l *Logind) SetCanReboot(answer string) {
+	l.mu.Lock()
+	l.canReboot = answer
+	l.mu.Unlock()
+}
+
 // WaitReboot waits for the n-th Reboot call.
 func (l *Logind) WaitReboot(ctx context.Context, n int) error {
 	for len(l.Reboots()) < n {
@@ -174,4 +182,10 @@ func (m manager) ListInhibitors() ([]Inhibitor, *dbus.Error) {
 	m.l.mu.Lock()
 	defer m.l.mu.Unlock()
 	return append([]Inhibitor(nil), m.l.inhibitors...), nil
+}
+
+func (m manager) CanReboot() (string, *dbus.Error) {
+	m.l.mu.Lock()
+	defer m.l.mu.Unlock()
+	return m.l.canReboot, nil
 }

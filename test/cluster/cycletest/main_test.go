@@ -135,7 +135,7 @@ func startNode(t *testing.T, ctx context.Context, s nodeSpec) *node {
 	if err := os.WriteFile(n.config, cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(bin, "check", "--quiet", "--config", n.config).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "check", "--config-only", "--quiet", "--config", n.config).CombinedOutput(); err != nil {
 		t.Fatalf("config for %s: %v\n%s\n%s", s.name, err, out, cfg)
 	}
 	h.AddProcess("kured-host", func() *exec.Cmd {

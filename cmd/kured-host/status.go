@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/host"
+	"github.com/kured-host/kured-host/daemon/kube"
+	"github.com/kured-host/kured-host/daemon/status"
+	"github.com/kured-host/kured-host/daemon/version"
+)
+
+const statusAbout = `Shows who holds a reboot slot, who waits and why, from one consistent
+List of the cluster's Nodes: a table of the nodes that take part, in queue
+order, a summary line, the limits in force and where they come from, and
+what needs an operator (claims that cannot be read, claims past their alarm
+age, nodes without a group label). The output is described in
+docs/status.md; -o json is a stable, versioned schema for scripts.
+
+On a node it uses the kubelet's kubeconfig, found as "run" finds it; anywhere
+else give an admin's kubeconfig with --kubeconfig. A missing configuration
+file is not an error: the limits are then what the claims publish.
+
+Exit status: 0 ok, 1 the API server could not be read (the message says
+which permission is missing), 2 bad usage or configuration.`
+
+func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	f := newFlags("status", "[--kubeconfig FILE | --host-root DIR] [--config FILE] [-o table|json] [--watch [--interval 2s]]", statusAbout)
+	path := f.String("config", config.DefaultPath, "configuration `file` (its lock limits and alarm ages); the built-in defaults if it does not exist")
+	root := f.String("host-root", "/", "`directory` under which to find the kubelet's kubeconfig, as run does")
+	kubeconfig := f.String("kubeconfig", "", "kubeconfig `file` to use instead of the kubelet's (an admin's, off the nodes)")
+	var output string
+	f.StringVar(&output, "o", "table", "output `format`: table or json")
+	f.StringVar(&output, "output", "table", "output `format`, same as -o")
+	watch := f.Bool("watch", false, "refresh every --interval, or sooner when a Node changes, until interrupted")
+	interval := f.Duration("interval", 2*time.Second, "refresh `period` for --watch")
+	if done, err := f.parse(args, stdout); done {
+		return err
+	}
+	if output != "table" && output != "json" {
+		return &usageError{fmt.Sprintf("%s: -o %q: use table or json (see %s --help)", f.Name(), output, f.Name())}
+	}
+	if *interval <= 0 {
+		return &usageError{fmt.Sprintf("%s: --interval must be positive (see %s --help)", f.Name(), f.Name())}
+	}
+	cfg, local, err := statusConfig(*path)
+	if err != nil {
+		return err
+	}
+	// Ages count on the API server's clock (claims' `since` is its time),
+	// which an admin's machine may not share.
+	clock := kube.NewServerClock()
+	client, err := statusClient(*kubeconfig, host.Root(*root), cfg.Kubernetes.Kubeconfig, clock)
+	if err != nil {
+		return err
+	}
+	local.Self = cfg.Kubernetes.NodeName
+	if user, _ := status.WhoAmI(ctx, client); local.Self == "" && strings.HasPrefix(user, "system:node:") {
+		local.Self = strings.TrimPrefix(user, "system:node:")
+	}
+	src := &status.Source{Client: client, Local: local, Now: clock.Now}
+	write := statusWriter(output, *watch, *interval, stdout)
+	if !*watch {
+		r, err := src.Read(ctx)
+		if err != nil {
+			return err
+		}
+		return write(r)
+	}
+	return src.Watch(ctx, *interval, write)
+}
+
+// statusConfig loads the configuration; a file that does not exist means
+// the built-in defaults (an admin's machine), anything else wrong with it
+// is an error.
+func statusConfig(path string) (config.Config, status.Local, error) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		c := config.Default()
+		return c, status.Local{Lock: c.Lock}, nil
+	}
+	l, err := config.Load(path)
+	if err != nil {
+		return config.Config{}, status.Local{}, err
+	}
+	from := func(key string) string {
+		if o, ok := l.Origins[key]; ok {
+			return o.String()
+		}
+		return ""
+	}
+	return l.Config, status.Local{
+		Lock: l.Config.Lock, File: path,
+		ConcurrencyFrom: from("lock.concurrency"), GroupsFrom: from("lock.groups"),
+	}, nil
+}
+
+// statusClient connects with the given kubeconfig, else the kubelet's.
+func statusClient(kubeconfig string, root host.Root, configured string, clock *kube.ServerClock) (kubernetes.Interface, error) {
+	path := kubeconfig
+	if path == "" {
+		var err error
+		if path, _, err = kube.Find(root, configured); err != nil {
+			return nil, fmt.Errorf("%w (off the nodes, give an admin's kubeconfig with --kubeconfig)", err)
+		}
+	}
+	rest, err := kube.Config(path, "kured-host/"+version.Version+" (status)", clock)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", path, err)
+	}
+	return client, nil
+}
+
+// statusWriter prints each snapshot: on a terminal a watch clears the
+// screen and redraws; otherwise snapshots follow each other, separated by
+// a blank line.
+func statusWriter(output string, watch bool, interval time.Duration, stdout io.Writer) func(status.Report) error {
+	redraw := watch && isTerminal(stdout)
+	first := true
+	return func(r status.Report) error {
+		var b bytes.Buffer
+		switch {
+		case redraw:
+			b.WriteString("\x1b[H\x1b[2J")
+		case !first:
+			b.WriteString("\n")
+		}
+		first = false
+		if watch && output == "table" {
+			fmt.Fprintf(&b, "kured-host status · %s · every %s, or on a change\n\n", r.Time.UTC().Format(time.DateTime+" MST"), interval)
+		}
+		var err error
+		if output == "json" {
+			err = status.JSON(&b, r)
+		} else {
+			err = status.Render(&b, r)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(b.Bytes())
+		return err
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
