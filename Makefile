@@ -14,10 +14,14 @@ SHELL_FILES := packaging/version.sh packaging/deb/postinst packaging/deb/prerm p
 export CGO_ENABLED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help build test unit fuzz lint package test-packages test-integration model-full bench-lock tools clean
+.PHONY: help demo build test unit fuzz lint package test-packages test-integration model-full bench-lock tools clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+demo: ## watch kured-host reboot simulated nodes on an embedded cluster (DEMO_FLAGS="--fast", "--help")
+	@tools/need.sh gcc:gcc
+	@tools/demo.sh $(DEMO_FLAGS)
 
 build: ## build bin/kured-host for this machine (static, version from git)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kured-host ./cmd/kured-host
