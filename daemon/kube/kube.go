@@ -136,11 +136,15 @@ func NodeName(ctx context.Context, client kubernetes.Interface) (string, error) 
 }
 
 // ServerClock estimates the API server's clock from the Date header of its
-// replies (second resolution): the queue order (`since`) is the server's
-// time, not this host's.
+// replies: the queue order (`since`) is the server's time, not this host's.
+// Date has whole seconds, so one reply bounds the offset to a window of a
+// second plus the round trip; the estimate is the middle of what every
+// reply so far allows, which narrows to about a round trip after a few
+// dozen replies. A reply outside that window (this host's clock was set,
+// or drifted) starts over from that reply.
 type ServerClock struct {
 	mu     sync.Mutex
-	offset time.Duration
+	lo, hi time.Duration // the offset lies in [lo, hi]
 	seen   bool
 	now    func() time.Time
 }
@@ -148,19 +152,36 @@ type ServerClock struct {
 // NewServerClock starts with no offset.
 func NewServerClock() *ServerClock { return &ServerClock{now: time.Now} }
 
-// Now is this host's clock corrected by the last offset seen.
+// Now is this host's clock corrected by the estimated offset.
 func (c *ServerClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.now().Add(c.offset)
+	return c.now().Add(c.offset())
 }
+
+func (c *ServerClock) offset() time.Duration { return c.lo + (c.hi-c.lo)/2 }
 
 // Offset is the server's clock minus this host's, and whether a reply has
 // been seen yet.
 func (c *ServerClock) Offset() (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.offset, c.seen
+	return c.offset(), c.seen
+}
+
+// observe narrows the window with a reply sent at sent, received at
+// received, stamped date by the server.
+func (c *ServerClock) observe(sent, received, date time.Time) {
+	// The server stamped the reply between sent and received (host time),
+	// at a time in [date, date+1s).
+	lo, hi := date.Sub(received), date.Add(time.Second).Sub(sent)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.seen || lo > c.hi || hi < c.lo {
+		c.lo, c.hi, c.seen = lo, hi, true
+		return
+	}
+	c.lo, c.hi = max(c.lo, lo), min(c.hi, hi)
 }
 
 // Wrap records the Date header of every reply.
@@ -172,12 +193,7 @@ func (c *ServerClock) Wrap(rt http.RoundTripper) http.RoundTripper {
 			return resp, err
 		}
 		if d, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
-			received := c.now()
-			mid := sent.Add(received.Sub(sent) / 2)
-			c.mu.Lock()
-			// Date has whole seconds: add half a second to centre the estimate.
-			c.offset, c.seen = d.Add(500*time.Millisecond).Sub(mid), true
-			c.mu.Unlock()
+			c.observe(sent, c.now(), d)
 		}
 		return resp, err
 	})

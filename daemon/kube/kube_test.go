@@ -110,3 +110,44 @@ func TestServerClock(t *testing.T) {
 		t.Errorf("server now off by %s", got)
 	}
 }
+
+// TestServerClockNarrows: replies at different points of the server's
+// second narrow the estimate well below Date's one-second resolution, and
+// a clock step on this host starts the estimate over.
+func TestServerClockNarrows(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		true time.Duration
+	}{
+		{"host behind", 90*time.Second + 300*time.Millisecond},
+		{"host ahead", -(42*time.Second + 870*time.Millisecond)},
+		{"in step", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewServerClock()
+			local := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+			rtt := 2 * time.Millisecond
+			reply := func() {
+				sent := local
+				stamped := sent.Add(rtt / 2).Add(tc.true).Truncate(time.Second)
+				local = local.Add(rtt)
+				c.observe(sent, local, stamped)
+			}
+			for range 40 {
+				reply()
+				local = local.Add(137 * time.Millisecond) // replies fall at varied phases
+			}
+			if off, _ := c.Offset(); (off - tc.true).Abs() > 20*time.Millisecond {
+				t.Errorf("offset %s after 40 replies, want within 20ms of %s", off, tc.true)
+			}
+			// This host's clock is set back by a minute: the estimate
+			// follows at once.
+			local = local.Add(-time.Minute)
+			tc.true += time.Minute
+			reply()
+			if off, _ := c.Offset(); (off - tc.true).Abs() > time.Second {
+				t.Errorf("offset %s after the step, want within a second of %s", off, tc.true)
+			}
+		})
+	}
+}
