@@ -173,6 +173,9 @@ func TestSystemdNotify(t *testing.T) {
 		for {
 			select {
 			case m := <-msgs:
+				if strings.HasPrefix(m, "STATUS=") {
+					t.Logf("systemctl status would show: Status: %q", strings.TrimPrefix(m, "STATUS="))
+				}
 				if strings.Contains(m, want) {
 					t.Logf("sd_notify: %q", m)
 					return

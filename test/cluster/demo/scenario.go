@@ -45,7 +45,7 @@ func (s scenario) limits() claim.Limits {
 func (s scenario) config(h *cluster.SimHost) config.Config {
 	c := config.Default()
 	c.Lock.Concurrency = s.concurrency
-	c.Lock.Groups = nil
+	c.Lock.Groups = []config.GroupLimit{} // not nil: nil would mean the default rule
 	if s.groupMax > 0 {
 		c.Lock.Groups = []config.GroupLimit{{Label: zoneLabel, Max: s.groupMax}}
 	}
