@@ -3,12 +3,11 @@ package daemon
 import (
 	"flag"
 	"fmt"
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/kured-host/kured-host/daemon/metrics"
+	"github.com/kured-host/kured-host/internal/docgen"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated parts of docs/operations.md")
@@ -16,32 +15,13 @@ var update = flag.Bool("update", false, "rewrite the generated parts of docs/ope
 // TestDocs keeps docs/operations.md's tables of Events and metrics in step
 // with the code.
 func TestDocs(t *testing.T) {
-	const path = "../docs/operations.md"
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := string(doc)
-	for source, body := range map[string]string{
+	err := docgen.Check("../docs/operations.md", map[string]string{
 		"daemon/report.go":          eventsTable(),
 		"daemon/metrics/metrics.go": metricsTable(t),
-	} {
-		re := regexp.MustCompile(`(?s)(<!-- BEGIN generated from ` + regexp.QuoteMeta(source) + `[^\n]*-->\n).*?(<!-- END generated -->)`)
-		if !re.MatchString(got) {
-			t.Fatalf("%s has no generated section for %s", path, source)
-		}
-		got = re.ReplaceAllLiteralString(got, re.FindStringSubmatch(got)[1]+body+"<!-- END generated -->")
+	}, *update, "go test ./daemon -update")
+	if err != nil {
+		t.Error(err)
 	}
-	if got == string(doc) {
-		return
-	}
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Errorf("%s is out of date: run go test ./daemon -update", path)
 }
 
 func eventsTable() string {

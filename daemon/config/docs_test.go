@@ -3,45 +3,26 @@ package config
 import (
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kured-host/kured-host/internal/docgen"
 )
 
 // TestDocs keeps the generated parts of docs/configuration.md in step with
 // config.toml.example and the kured option table.
 func TestDocs(t *testing.T) {
-	const path = "../../docs/configuration.md"
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	example, err := os.ReadFile("../../config.toml.example")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sections := map[string]string{
+	err = docgen.Check("../../docs/configuration.md", map[string]string{
 		"config.toml.example":    "```toml\n" + string(example) + "```\n",
 		"daemon/config/kured.go": kuredTable(),
+	}, *update, "go test ./daemon/config -update")
+	if err != nil {
+		t.Error(err)
 	}
-	got := string(doc)
-	for source, body := range sections {
-		re := regexp.MustCompile(`(?s)(<!-- BEGIN generated from ` + regexp.QuoteMeta(source) + `[^\n]*-->\n).*?(<!-- END generated -->)`)
-		if !re.MatchString(got) {
-			t.Fatalf("%s has no generated section for %s", path, source)
-		}
-		got = re.ReplaceAllLiteralString(got, re.FindStringSubmatch(got)[1]+body+"<!-- END generated -->")
-	}
-	if got == string(doc) {
-		return
-	}
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	t.Errorf("%s is out of date: run go test ./daemon/config -update", path)
 }
 
 func kuredTable() string {
