@@ -283,7 +283,7 @@ type Alarm struct {
 	State      State
 	Since      time.Time // what the age counts from (identifies the episode)
 	Age        time.Duration
-	Unreadable bool // the claim cannot be read (it counts as holding)
+	Unreadable bool // the claim cannot be read (it counts as holding unless its label says waiting)
 	What       string
 }
 
@@ -294,6 +294,9 @@ func Alarms(snap []Participant, now time.Time, holdAge, enterAge time.Duration) 
 	var out []Alarm
 	for _, p := range snap {
 		switch {
+		case p.Err != nil && p.Claim.State == Waiting:
+			out = append(out, Alarm{Node: p.Name, State: p.Claim.State, Unreadable: true, What: fmt.Sprintf(
+				"claim cannot be read (%v); its label says waiting, so the node is left out of the queue until the claim is fixed or removed", p.Err)})
 		case p.Err != nil:
 			out = append(out, Alarm{Node: p.Name, State: p.Claim.State, Unreadable: true, What: fmt.Sprintf(
 				"claim cannot be read (%v); it counts as holding a slot until it is fixed or removed", p.Err)})

@@ -177,18 +177,24 @@ func TestAlarms(t *testing.T) {
 	stuck := node("stuck", Entering, "c", 0, 1, 0) // updated at t0
 	broken := node("broken", Holding, "", 0, 1, 0)
 	broken.Err = ErrUnparsable
-	got := Alarms([]Participant{old, fresh, stuck, broken, node("w", Waiting, "", 0, 1, 0)}, t0.Add(20*time.Minute), time.Hour, 10*time.Minute)
+	brokenWaiting := node("broken-w", Waiting, "", 0, 1, 0)
+	brokenWaiting.Err = ErrUnparsable
+	got := Alarms([]Participant{old, fresh, stuck, broken, brokenWaiting, node("w", Waiting, "", 0, 1, 0)}, t0.Add(20*time.Minute), time.Hour, 10*time.Minute)
 	var summary []string
 	for _, a := range got {
 		summary = append(summary, fmt.Sprintf("%s:%s:%s", a.Node, a.State, a.Age))
 	}
-	want := []string{"broken:holding:0s", "old:holding:1h50m0s", "stuck:entering:20m0s"}
+	want := []string{"broken:holding:0s", "broken-w:waiting:0s", "old:holding:1h50m0s", "stuck:entering:20m0s"}
 	if !slices.Equal(summary, want) {
 		t.Errorf("alarms %v, want %v", summary, want)
 	}
 	for _, a := range got {
 		if a.What == "" {
 			t.Errorf("alarm for %s says nothing", a.Node)
+		}
+		// An unreadable claim counts as holding unless it says waiting.
+		if holds := strings.Contains(a.What, "counts as holding"); a.Unreadable && holds != (a.State != Waiting) {
+			t.Errorf("alarm for %s (%s): %q", a.Node, a.State, a.What)
 		}
 	}
 }
