@@ -73,8 +73,11 @@ type Lock struct {
 	o   Options
 	log *slog.Logger
 
-	nodes   corelisters.NodeLister
+	// base is Start's context: the watch lives at most as long.
+	base    context.Context
 	changed chan struct{}
+	watchMu sync.Mutex
+	watch   *nodeWatch // nil while not watching
 
 	mu  sync.Mutex
 	own ownClaim
@@ -127,30 +130,85 @@ func New(o Options) *Lock {
 	}
 }
 
-// Start watches the nodes that take part (those with a claim label) until
-// ctx ends, and returns once the cache is filled.
+// Start prepares the lock to run until ctx ends. It makes no request:
+// the watch of the claimed nodes starts when this node waits near the
+// front of the queue and stops when it does not need it, so that a node
+// that needs no reboot, or is far back, costs the API server nothing.
 func (l *Lock) Start(ctx context.Context) error {
+	l.base = ctx
+	return nil
+}
+
+// nodeWatch is an informer on the claimed nodes (label selector).
+type nodeWatch struct {
+	lister corelisters.NodeLister
+	stop   func()
+}
+
+// ensureWatch starts the watch of the claimed nodes if it is not running,
+// and returns once its cache is filled.
+func (l *Lock) ensureWatch(ctx context.Context) error {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if l.watch != nil {
+		return nil
+	}
+	base := l.base
+	if base == nil {
+		base = ctx
+	}
+	wctx, cancel := context.WithCancel(base)
 	factory := informers.NewSharedInformerFactoryWithOptions(l.o.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.Label }))
 	inf := factory.Core().V1().Nodes()
-	l.nodes = inf.Lister()
 	notify := func(any) { l.poke() }
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: notify, UpdateFunc: func(_, n any) { notify(n) }, DeleteFunc: notify,
 	}); err != nil {
+		cancel()
 		return fmt.Errorf("watch claimed nodes: %w", err)
 	}
-	factory.Start(ctx.Done())
-	go func() {
-		<-ctx.Done()
+	factory.Start(wctx.Done())
+	stop := func() {
+		cancel()
 		factory.Shutdown()
-	}()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("watch claimed nodes: cache of %v not filled: %w", typ, context.Cause(ctx))
-		}
 	}
+	synced := make(chan struct{})
+	go func() {
+		defer close(synced)
+		factory.WaitForCacheSync(wctx.Done())
+	}()
+	select {
+	case <-synced:
+	case <-ctx.Done():
+		stop()
+		return context.Cause(ctx)
+	}
+	if wctx.Err() != nil {
+		stop()
+		return fmt.Errorf("watch claimed nodes: %w", context.Cause(wctx))
+	}
+	l.watch = &nodeWatch{lister: inf.Lister(), stop: stop}
+	l.log.Debug("watching the claimed nodes")
 	return nil
+}
+
+// stopWatch ends the watch, if any.
+func (l *Lock) stopWatch() {
+	l.watchMu.Lock()
+	w := l.watch
+	l.watch = nil
+	l.watchMu.Unlock()
+	if w != nil {
+		w.stop()
+		l.log.Debug("stopped watching the claimed nodes")
+	}
+}
+
+func (l *Lock) watching() *nodeWatch {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	return l.watch
 }
 
 func (l *Lock) poke() {
@@ -319,6 +377,7 @@ func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
 		case "":
 			return claim.Claim{}, ErrNotJoined
 		case claim.Holding:
+			l.stopWatch()
 			l.setStatus(Status{State: claim.Holding, Position: -1})
 			return cur.claim, nil
 		case claim.Waiting:
@@ -403,12 +462,25 @@ func (l *Lock) waitChange(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// snapshot is the claimed nodes as the watch cache has them, with this
-// node's own claim as this daemon knows it (the cache may lag its writes).
-func (l *Lock) snapshot() ([]claim.Participant, error) {
-	nodes, err := l.nodes.List(labels.Everything())
-	if err != nil {
-		return nil, err
+// snapshot is the claimed nodes as the watch cache has them, or, when not
+// watching, as a List served from the API server's cache has them (both
+// may lag; eligibility is only about fairness, verify reads consistently),
+// with this node's own claim as this daemon knows it.
+func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
+	var nodes []*corev1.Node
+	if w := l.watching(); w != nil {
+		var err error
+		if nodes, err = w.lister.List(labels.Everything()); err != nil {
+			return nil, err
+		}
+	} else {
+		list, err := l.o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: claim.Label, ResourceVersion: "0"})
+		if err != nil {
+			return nil, fmt.Errorf("list claimed nodes: %w", err)
+		}
+		for i := range list.Items {
+			nodes = append(nodes, &list.Items[i])
+		}
 	}
 	ps := Participants(nodes)
 	cur := l.current()
@@ -444,12 +516,15 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// waitEligible blocks until this node is admitted by the queue of the
-// current watch snapshot. It wakes on every change to a claimed node, so a
-// freed slot is taken as soon as the watch delivers the release.
+// waitEligible blocks until this node is admitted by the queue. Near the
+// front of the queue it watches the claimed nodes and wakes on every
+// change, so a freed slot is taken as soon as the watch delivers the
+// release. Further back it does not watch: it reads the queue now and
+// then (farPace), a few times per wait however long the queue.
 func (l *Lock) waitEligible(ctx context.Context) error {
+	var far farPace
 	for {
-		snap, err := l.snapshot()
+		snap, err := l.snapshot(ctx)
 		if err != nil {
 			return err
 		}
@@ -464,9 +539,23 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		if reason == "" {
 			reason = "waiting for the nodes ahead"
 		}
-		l.setStatus(Status{State: claim.Waiting, Position: q.Position(l.o.Node), Reason: reason})
+		pos := q.Position(l.o.Node)
+		l.setStatus(Status{State: claim.Waiting, Position: pos, Reason: reason})
 		if l.current().state != claim.Waiting {
 			return nil
+		}
+		if window := l.window(); pos >= window {
+			l.stopWatch()
+			if err := sleep(ctx, far.next(pos-window+1, now)); err != nil {
+				return err
+			}
+			continue
+		}
+		if l.watching() == nil {
+			if err := l.ensureWatch(ctx); err != nil {
+				return err
+			}
+			continue // look again from the fresh cache
 		}
 		// Re-check at least now and then: the grace for silent nodes
 		// and the alarms are about time, not changes.
@@ -474,6 +563,42 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// window is how many of the first waiting nodes watch: enough that the
+// next ones to go hear of a freed slot at once, with room for nodes passed
+// over or blocked by a full group.
+func (l *Lock) window() int { return 2*max(l.o.Limits.Concurrency, 1) + 2 }
+
+// farPace spaces the reads of a node further back than the window: about
+// half the time until it reaches the window, from how fast the queue moved
+// since its last read; while that is unknown, doubling from 2 s. Between 1 s
+// and 30 min: nodes in the window hold at least two rounds of slots, so a
+// node waking late still finds work ahead of it unless a round takes less
+// than 15 min, when it reads far more often anyway. A node so paced makes a
+// handful of reads per wait, so the
+// reads of a whole queue grow about linearly with its length, where polling
+// at a fixed rate would grow with its square.
+type farPace struct {
+	ahead    int
+	at       time.Time
+	interval time.Duration
+}
+
+func (f *farPace) next(ahead int, now time.Time) time.Duration {
+	var d time.Duration
+	switch {
+	case !f.at.IsZero() && f.ahead > ahead && now.After(f.at):
+		perPosition := now.Sub(f.at) / time.Duration(f.ahead-ahead)
+		d = perPosition * time.Duration(ahead) / 2
+	case f.interval == 0:
+		d = 2 * time.Second
+	default:
+		d = 2 * f.interval
+	}
+	d = min(max(d, time.Second), 30*time.Minute)
+	f.ahead, f.at, f.interval = ahead, now, d
+	return d
 }
 
 // silent reports waiting nodes that have been eligible (in this daemon's
@@ -750,6 +875,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 		_, err := l.write(ctx, "", claim.Claim{})
 		if err == nil {
+			l.stopWatch()
 			l.log.Info("released the claim", "was", string(cur.state))
 			l.setStatus(Status{Position: -1})
 			return nil

@@ -3,6 +3,7 @@ package lock
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
@@ -40,5 +41,71 @@ func TestPublishedIsTheStricter(t *testing.T) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestFarPace: a node far back reads the queue a few times per wait,
+// whatever the length of the queue: first doubling from 2 s, then about
+// half the expected time to reach the window at the rate observed.
+func TestFarPace(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		reads []struct {
+			at    time.Duration
+			ahead int
+		}
+		want []time.Duration
+	}{
+		{"unknown rate doubles", []struct {
+			at    time.Duration
+			ahead int
+		}{{0, 40}, {2 * time.Second, 40}, {6 * time.Second, 40}}, []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second}},
+		{"half the expected wait at the observed rate", []struct {
+			at    time.Duration
+			ahead int
+		}{{0, 100}, {20 * time.Second, 90}}, []time.Duration{2 * time.Second, 90 * time.Second}},
+		{"at most 30 minutes", []struct {
+			at    time.Duration
+			ahead int
+		}{{0, 500}, {time.Hour, 499}}, []time.Duration{2 * time.Second, 30 * time.Minute}},
+		{"at least a second", []struct {
+			at    time.Duration
+			ahead int
+		}{{0, 10}, {time.Second, 1}}, []time.Duration{2 * time.Second, time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f farPace
+			for i, r := range tc.reads {
+				if got := f.next(r.ahead, t0.Add(r.at)); got != tc.want[i] {
+					t.Errorf("read %d (+%s, %d ahead): wait %s, want %s", i, r.at, r.ahead, got, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestFarPaceReadsPerWait: over a whole wait at a steady rate, the number
+// of reads hardly depends on how far back the node starts.
+func TestFarPaceReadsPerWait(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	perPosition := 30 * time.Second // one node of the queue goes every 30 s
+	reads := func(start int) int {
+		var f farPace
+		now, n := t0, 0
+		for {
+			ahead := start - int(now.Sub(t0)/perPosition)
+			if ahead <= 0 {
+				return n
+			}
+			n++
+			now = now.Add(f.next(ahead, now))
+		}
+	}
+	for _, start := range []int{10, 100, 1000} {
+		t.Logf("%4d positions to go: %d reads", start, reads(start))
+	}
+	if r10, r1000 := reads(10), reads(1000); r1000 > 3*r10+10 {
+		t.Errorf("%d reads from 1000 positions back against %d from 10: not far from linear in the wait", r1000, r10)
 	}
 }

@@ -151,9 +151,7 @@ func TestSystemdNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	n.logMu.Lock()
-	n.notifySocket = sock
-	n.logMu.Unlock()
+	n.k.SetEnv(n.env("NOTIFY_SOCKET=" + sock)...)
 	if err := n.h.RestartService("kured-host"); err != nil {
 		t.Fatal(err)
 	}
@@ -210,9 +208,7 @@ func TestWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	n.logMu.Lock()
-	n.notifySocket, n.extraEnv = sock, []string{"WATCHDOG_USEC=1000000"}
-	n.logMu.Unlock()
+	n.k.SetEnv(n.env("NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=1000000")...)
 	if err := n.h.RestartService("kured-host"); err != nil {
 		t.Fatal(err)
 	}

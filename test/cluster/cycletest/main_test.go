@@ -5,13 +5,10 @@
 package cycletest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,12 +31,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bin = filepath.Join(dir, "kured-host")
-	// Built in the product's own module, as the Makefile builds it.
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kured-host")
-	build.Dir = "../../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build kured-host: %v\n%s", err, out)
+	if bin, err = cluster.BuildKuredHost(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	opts := cluster.Options{}
@@ -62,14 +55,10 @@ const zoneLabel = "topology.kubernetes.io/zone"
 // node is a SimHost running the real kured-host.
 type node struct {
 	h      *cluster.SimHost
+	k      *cluster.KuredHost
 	bus    *logindtest.Bus
 	logind *logindtest.Logind
 	config string
-	log    *bytes.Buffer
-	logMu  *sync.Mutex
-	// notifySocket is $NOTIFY_SOCKET for the daemon ("" for none).
-	notifySocket string
-	extraEnv     []string
 }
 
 type nodeSpec struct {
@@ -106,7 +95,7 @@ func startNode(t *testing.T, ctx context.Context, s nodeSpec) *node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cp.RemoveHost(context.Background(), h) })
-	n := &node{h: h, log: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	n := &node{h: h}
 	if n.bus, err = logindtest.StartBus(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
@@ -127,35 +116,23 @@ func startNode(t *testing.T, ctx context.Context, s nodeSpec) *node {
 	if s.config != nil {
 		s.config(&c)
 	}
-	cfg, err := config.Marshal(c)
+	n.k, err = h.RunKuredHost(bin, c, n.env()...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.config = filepath.Join(t.TempDir(), "config.toml")
-	if err := os.WriteFile(n.config, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(bin, "check", "--config-only", "--quiet", "--config", n.config).CombinedOutput(); err != nil {
-		t.Fatalf("config for %s: %v\n%s\n%s", s.name, err, out, cfg)
-	}
-	h.AddProcess("kured-host", func() *exec.Cmd {
-		cmd := exec.Command(bin, "run", "--config", n.config, "--host-root", h.Root)
-		n.logMu.Lock()
-		sock, extra := n.notifySocket, n.extraEnv
-		n.logMu.Unlock()
-		cmd.Env = append(append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS="+n.bus.Address, "NOTIFY_SOCKET="+sock), extra...)
-		w := &lockedWriter{mu: n.logMu, w: n.log}
-		cmd.Stdout, cmd.Stderr = w, w
-		return cmd
-	})
+	n.config = n.k.Config
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("CYCLE_LOGS") != "" {
-			n.logMu.Lock()
-			t.Logf("--- kured-host on %s:\n%s", s.name, tail(n.log.String(), 6000))
-			n.logMu.Unlock()
+			t.Logf("--- kured-host on %s:\n%s", s.name, tail(n.logs(), 6000))
 		}
 	})
 	return n
+}
+
+// env is the daemon's environment: its private system bus, and more
+// (NOTIFY_SOCKET, WATCHDOG_USEC) for the next start.
+func (n *node) env(more ...string) []string {
+	return append([]string{"DBUS_SYSTEM_BUS_ADDRESS=" + n.bus.Address}, more...)
 }
 
 func tail(s string, n int) string {
@@ -165,22 +142,7 @@ func tail(s string, n int) string {
 	return s
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (n *node) logs() string {
-	n.logMu.Lock()
-	defer n.logMu.Unlock()
-	return n.log.String()
-}
+func (n *node) logs() string { return n.k.Logs() }
 
 // claimOf reads the node's claim as the admin sees it.
 func claimOf(t *testing.T, ctx context.Context, name string) (claim.State, claim.Claim, bool) {
