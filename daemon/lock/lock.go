@@ -22,8 +22,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -158,25 +159,39 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 		base = ctx
 	}
 	wctx, cancel := context.WithCancel(base)
-	factory := informers.NewSharedInformerFactoryWithOptions(l.o.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = claim.Label }))
-	inf := factory.Core().V1().Nodes()
+	// One informer on Nodes, not a SharedInformerFactory, which would
+	// link every API group's informers into the binary.
+	nodes := l.o.Client.CoreV1().Nodes()
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = claim.Label
+			return nodes.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = claim.Label
+			return nodes.Watch(ctx, o)
+		},
+	}, &corev1.Node{}, 0, cache.Indexers{})
 	notify := func(any) { l.poke() }
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: notify, UpdateFunc: func(_, n any) { notify(n) }, DeleteFunc: notify,
 	}); err != nil {
 		cancel()
 		return fmt.Errorf("watch claimed nodes: %w", err)
 	}
-	factory.Start(wctx.Done())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inf.RunWithContext(wctx)
+	}()
 	stop := func() {
 		cancel()
-		factory.Shutdown()
+		<-done
 	}
 	synced := make(chan struct{})
 	go func() {
 		defer close(synced)
-		factory.WaitForCacheSync(wctx.Done())
+		cache.WaitForCacheSync(wctx.Done(), inf.HasSynced)
 	}()
 	select {
 	case <-synced:
@@ -188,7 +203,7 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 		stop()
 		return fmt.Errorf("watch claimed nodes: %w", context.Cause(wctx))
 	}
-	l.watch = &nodeWatch{lister: inf.Lister(), stop: stop}
+	l.watch = &nodeWatch{lister: corelisters.NewNodeLister(inf.GetIndexer()), stop: stop}
 	l.log.Debug("watching the claimed nodes")
 	return nil
 }
@@ -567,8 +582,12 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 
 // window is how many of the first waiting nodes watch: enough that the
 // next ones to go hear of a freed slot at once, with room for nodes passed
-// over or blocked by a full group.
-func (l *Lock) window() int { return 2*max(l.o.Limits.Concurrency, 1) + 2 }
+// over or blocked by a full group, and never fewer than 16, so that in
+// most clusters every waiting node watches and the slots go strictly in
+// queue order; only long queues pace their tails.
+func (l *Lock) window() int { return max(2*max(l.o.Limits.Concurrency, 1)+2, minWindow) }
+
+const minWindow = 16
 
 // farPace spaces the reads of a node further back than the window: about
 // half the time until it reaches the window, from how fast the queue moved
