@@ -589,31 +589,36 @@ func (l *Lock) window() int { return max(2*max(l.o.Limits.Concurrency, 1)+2, min
 
 const minWindow = 16
 
-// farPace spaces the reads of a node further back than the window: about
-// half the time until it reaches the window, from how fast the queue moved
-// since its last read; while that is unknown, doubling from 2 s. Between 1 s
-// and 30 min: nodes in the window hold at least two rounds of slots, so a
-// node waking late still finds work ahead of it unless a round takes less
-// than 15 min, when it reads far more often anyway. A node so paced makes a
-// handful of reads per wait, so the
-// reads of a whole queue grow about linearly with its length, where polling
-// at a fixed rate would grow with its square.
+// farPace spaces the reads of a node further back than the window: a
+// quarter of the time until it reaches the window at the fastest pace the
+// queue has moved between two of its reads (a queue slowed by a busy start
+// speeds up later; waking early costs a read, waking late idles a slot);
+// while the queue has not been seen to move, doubling from 2 s up to a
+// minute. Between 1 s and 30 min. A node so paced makes a handful of reads
+// per wait, so the reads of a whole queue grow about linearly with its
+// length, where polling at a fixed rate would grow with its square.
 type farPace struct {
-	ahead    int
-	at       time.Time
-	interval time.Duration
+	ahead       int
+	at          time.Time
+	interval    time.Duration
+	perPosition time.Duration // fastest seen; 0 until the queue moved
 }
 
 func (f *farPace) next(ahead int, now time.Time) time.Duration {
+	if !f.at.IsZero() && f.ahead > ahead && now.After(f.at) {
+		p := now.Sub(f.at) / time.Duration(f.ahead-ahead)
+		if f.perPosition == 0 || p < f.perPosition {
+			f.perPosition = p
+		}
+	}
 	var d time.Duration
 	switch {
-	case !f.at.IsZero() && f.ahead > ahead && now.After(f.at):
-		perPosition := now.Sub(f.at) / time.Duration(f.ahead-ahead)
-		d = perPosition * time.Duration(ahead) / 2
+	case f.perPosition > 0:
+		d = f.perPosition * time.Duration(ahead) / 4
 	case f.interval == 0:
 		d = 2 * time.Second
 	default:
-		d = 2 * f.interval
+		d = min(2*f.interval, time.Minute)
 	}
 	d = min(max(d, time.Second), 30*time.Minute)
 	f.ahead, f.at, f.interval = ahead, now, d

@@ -61,14 +61,22 @@ func TestFarPace(t *testing.T) {
 			at    time.Duration
 			ahead int
 		}{{0, 40}, {2 * time.Second, 40}, {6 * time.Second, 40}}, []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second}},
-		{"half the expected wait at the observed rate", []struct {
+		{"a quarter of the expected wait at the observed rate", []struct {
 			at    time.Duration
 			ahead int
-		}{{0, 100}, {20 * time.Second, 90}}, []time.Duration{2 * time.Second, 90 * time.Second}},
+		}{{0, 100}, {20 * time.Second, 90}}, []time.Duration{2 * time.Second, 45 * time.Second}},
+		{"the fastest rate seen counts", []struct {
+			at    time.Duration
+			ahead int
+		}{{0, 100}, {100 * time.Second, 90}, {190 * time.Second, 80}, {200 * time.Second, 70}}, []time.Duration{2 * time.Second, 225 * time.Second, 180 * time.Second, 17500 * time.Millisecond}},
+		{"unknown rate doubles up to a minute", []struct {
+			at    time.Duration
+			ahead int
+		}{{0, 40}, {2 * time.Second, 40}, {6 * time.Second, 40}, {14 * time.Second, 40}, {30 * time.Second, 40}, {62 * time.Second, 40}, {122 * time.Second, 40}}, []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute}},
 		{"at most 30 minutes", []struct {
 			at    time.Duration
 			ahead int
-		}{{0, 500}, {time.Hour, 499}}, []time.Duration{2 * time.Second, 30 * time.Minute}},
+		}{{0, 500}, {5 * time.Hour, 499}}, []time.Duration{2 * time.Second, 30 * time.Minute}},
 		{"at least a second", []struct {
 			at    time.Duration
 			ahead int
