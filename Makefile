@@ -9,12 +9,12 @@ PKG     := github.com/kured-host/kured-host
 LDFLAGS := -s -w -X $(PKG)/daemon/version.Version=$(VERSION) -X $(PKG)/daemon/version.Commit=$(COMMIT)
 # nfpm is pinned in tools/go.mod, apart from the product's own go.mod.
 NFPM    := $(GO) tool -modfile=tools/go.mod nfpm
-SHELL_FILES := packaging/version.sh packaging/deb/postinst packaging/deb/prerm packaging/deb/postrm packaging/rpm/* tools/*.sh .ci/run
+SHELL_FILES := packaging/version.sh packaging/deb/postinst packaging/deb/prerm packaging/deb/postrm packaging/rpm/* tools/*.sh test/vm/*.sh .ci/run
 
 export CGO_ENABLED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help demo build test unit fuzz lint package test-packages test-integration model-full bench-lock tools clean
+.PHONY: help demo build test unit fuzz lint package test-packages test-integration test-vm model-full bench-lock bench tools clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,11 +50,37 @@ test-integration: ## tests against a real kube-apiserver (test/cluster)
 	@echo "(about 20 minutes and 3 GB on 2 cores); later builds take about 20 s."
 	cd test/cluster && CGO_ENABLED=1 $(GO) vet ./... && CGO_ENABLED=1 $(GO) test -count=1 -timeout 30m ./...
 
+# The VM test installs this build's .deb and upgrades it to the same build
+# under a higher version. Root, qemu; the image is cached (test/vm/README.md).
+VM_DIST := $(DIST)/vm
+VM_UPGRADE_VERSION = $(VERSION)$(if $(findstring +,$(VERSION)),.,+)vm.upgrade
+
+test-vm: ## a real Debian VM: apt install, systemctl enable, a real logind reboot (root, qemu)
+	@tools/need.sh qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils mmdebstrap:mmdebstrap \
+	  zstd:zstd mkfs.ext4:e2fsprogs ip:iproute2 flock:util-linux gcc:gcc
+	@rm -rf $(VM_DIST) && mkdir -p $(VM_DIST)/upgrade
+	@$(MAKE) --no-print-directory package ARCHES=amd64 VERSION='$(VM_UPGRADE_VERSION)'
+	@cp $(DIST)/kured-host_*_amd64.deb $(VM_DIST)/upgrade/
+	@$(MAKE) --no-print-directory package ARCHES=amd64
+	@cp $(DIST)/kured-host_*_amd64.deb $(VM_DIST)/
+	image=$$(test/vm/image.sh) && cd test/cluster && \
+	  KURED_HOST_VM=1 KURED_HOST_VM_IMAGE="$$image" KURED_HOST_VM_DEBS=$(abspath $(VM_DIST)) \
+	  CGO_ENABLED=1 $(GO) test -count=1 -v -timeout 60m ./vmtest/
+
 model-full: tools ## the spin model with every fault at once (minutes, 3 GB); make test runs the rest
 	KURED_HOST_MODEL_FULL=1 $(GO) test -count=1 -v -timeout 60m -run 'TestModel/safety_with_crashes,_lost' ./model/
 
 bench-lock: ## hand-off latency and API requests per acquisition, 20 and 50 nodes
 	cd test/cluster && CGO_ENABLED=1 $(GO) test -run '^$$' -bench Handoff -benchtime 1x ./locktest/
+
+# Every case rolls twice on the harness: with the slot lock and with a
+# kured-style baseline (one shared lock object, polling). One table on
+# stdout, and the same as JSON in results/ (not committed). BENCH=Roll/N=50
+# picks cases; BENCH_T sets the simulated time per node (default 2s).
+BENCH ?= Roll
+bench: ## roll 10 to 500 nodes against the ideal and a kured-style baseline: one table, JSON in results/ (about 25 min)
+	cd test/cluster && BENCH_RESULTS=$(abspath results) CGO_ENABLED=1 \
+	  $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 60m ./benchtest/
 
 package: ## build dist/*.deb and dist/*.rpm for amd64 and arm64
 	@rm -f $(DIST)/*.deb $(DIST)/*.rpm

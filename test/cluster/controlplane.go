@@ -53,6 +53,17 @@ type Options struct {
 	// NoRBACManifest leaves out kured-host's RBAC manifest, to see what
 	// the Node authorizer alone allows.
 	NoRBACManifest bool
+	// AuditLog makes the API server log every request (audit level
+	// Metadata, JSON lines) to ControlPlane.AuditLogPath, for counting
+	// requests with ControlPlane.AuditLog.
+	AuditLog bool
+	// ServeAddress is an IP address of this machine where the API server
+	// is also reachable (ControlPlane.ServeURL), for clients that cannot
+	// reach this process's loopback, such as a VM on a tap device. The
+	// test server's certificate is valid for 127.0.0.1 and 10.0.0.1 (the
+	// first address of its service range) only, so 10.0.0.1 is the one
+	// address that works; Start fails with another.
+	ServeAddress string
 }
 
 // ControlPlane is etcd, kube-apiserver and the controllers the tests need.
@@ -68,6 +79,12 @@ type ControlPlane struct {
 	Dir string
 	// StartTime is how long Start took.
 	StartTime time.Duration
+	// AuditLogPath is the API server's audit log (Options.AuditLog), ""
+	// without one.
+	AuditLogPath string
+	// ServeURL is the API server's URL at Options.ServeAddress, "" without
+	// one.
+	ServeURL string
 
 	log    io.Writer
 	tb     *processTB
@@ -119,15 +136,23 @@ func Start(opts Options) (cp *ControlPlane, err error) {
 	}
 	storage := storagebackend.NewDefaultConfig("/registry", nil)
 	storage.Transport.ServerList = []string{etcdURL}
+	flags := []string{
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--disable-admission-plugins=ServiceAccount",
+		"--client-ca-file=" + caFile,
+		"--endpoint-reconciler-type=none",
+	}
+	if opts.AuditLog {
+		audit, err := cp.auditFlags()
+		if err != nil {
+			return cp, err
+		}
+		flags = append(flags, audit...)
+	}
 	server, err := kubeapiservertesting.StartTestServer(cp.tb,
 		&kubeapiservertesting.TestServerInstanceOptions{EnableCertAuth: true, DisableInvariantChecks: true},
-		[]string{
-			"--authorization-mode=Node,RBAC",
-			"--enable-admission-plugins=NodeRestriction",
-			"--disable-admission-plugins=ServiceAccount",
-			"--client-ca-file=" + caFile,
-			"--endpoint-reconciler-type=none",
-		}, storage)
+		flags, storage)
 	if err != nil {
 		return cp, fmt.Errorf("start kube-apiserver: %w", err)
 	}
@@ -140,6 +165,11 @@ func Start(opts Options) (cp *ControlPlane, err error) {
 	}
 	if cp.ServerCA, err = servingCA(cp.Server); err != nil {
 		return cp, err
+	}
+	if opts.ServeAddress != "" {
+		if err := cp.serveOn(opts.ServeAddress); err != nil {
+			return cp, err
+		}
 	}
 	if !opts.NoRBACManifest {
 		if err := cp.applyRBAC(cp.ctx); err != nil {

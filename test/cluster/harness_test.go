@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 		logw = os.Stderr
 	}
 	var err error
-	opts := Options{}
+	opts := Options{AuditLog: true}
 	if logw != nil {
 		opts.Log = logw
 	}

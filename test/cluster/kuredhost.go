@@ -13,15 +13,15 @@ import (
 )
 
 // BuildKuredHost builds the product's binary into dir, in the product's own
-// module (as the Makefile does), and returns its path. It finds the module
-// from the working directory upwards.
-func BuildKuredHost(dir string) (string, error) {
+// module (as the Makefile does), with the given extra build flags, and
+// returns its path. It finds the module from the working directory upwards.
+func BuildKuredHost(dir string, flags ...string) (string, error) {
 	root, err := productRoot()
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "kured-host")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kured-host")
+	build := exec.Command("go", append(append([]string{"build"}, flags...), "-o", bin, "./cmd/kured-host")...)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build kured-host: %v\n%s", err, out)

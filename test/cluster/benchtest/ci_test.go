@@ -1,0 +1,51 @@
+package benchtest
+
+import (
+	"testing"
+	"time"
+)
+
+// TestRollCI is the short variant of `make bench` that `make test` runs:
+// the slot lock on 10 and 20 nodes at concurrency 2 in 3 zones (group
+// limit 1), checked against bounds:
+//
+//   - makespan/ideal ≤ 1.25. The goal is 1.05 at 200 nodes and k = 5;
+//     here each slot also carries the daemon's and the simulated host's
+//     own round trips (about 14 in a row: 3 to 7 % of T = 2 s, more when
+//     the CPU is busy), the API server, etcd and every host share CI's
+//     cores with other tests, and with 5 or 10 rounds the start-up and
+//     each hand-off weigh more. Measured on 2 idle cores: 1.05 to 1.09.
+//   - requests per acquisition ≤ 25. A node near the front of the queue
+//     makes 17 in a cycle: join; a read of the queue (a List from the
+//     API server's cache) and the watch of the claimed nodes; announce,
+//     verify (a consistent List), commit; confirm, read the node, phase
+//     cordoned, cordon, confirm, phase rebooting; after the boot read its
+//     claim, uncordon and release (which conflicts with the uncordon:
+//     read, release again). 25 leaves room for a step-back (write
+//     waiting, announce and verify again) and a few paced reads further
+//     back in the queue.
+//   - API reads grow no faster than linearly: reads per node at 20 nodes
+//     at most 1.5 times those at 10.
+func TestRollCI(t *testing.T) {
+	const tNode = 2 * time.Second
+	var rows []result
+	for _, n := range []int{10, 20} {
+		c := rollCase{Nodes: n, K: 2, Zones: 3, Hold: tNode / 2, Down: tNode / 2}
+		r := roll(t, c, slotLock)
+		rows = append(rows, r)
+		t.Logf("N=%d k=2: makespan %.2fs, ideal %.2fs, ratio %.3f, slot %.2fs (ratio %.3f), hand-off p50 %.0fms p99 %.0fms, %d requests (%.1f per acquisition, peak %d/s), reads per node %.1f, by verb %v, %d conflicts",
+			n, r.Makespan, r.Ideal, r.Ratio, r.SlotMean, r.SlotRatio, r.HandoffP50*1000, r.HandoffP99*1000, r.Requests, r.PerAcquisition, r.PeakPerSecond, r.ReadsPerNode, r.ByVerb, r.Conflicts)
+		if r.Unfinished != "" {
+			t.Fatalf("N=%d: %s", n, r.Unfinished)
+		}
+		if r.Ratio > 1.25 {
+			t.Errorf("N=%d: makespan/ideal %.3f, want ≤ 1.25", n, r.Ratio)
+		}
+		if r.PerAcquisition > 25 {
+			t.Errorf("N=%d: %.1f requests per acquisition, want ≤ 25 (%v)", n, r.PerAcquisition, r.ByVerb)
+		}
+	}
+	if small, big := rows[0].ReadsPerNode, rows[1].ReadsPerNode; big > 1.5*small {
+		t.Errorf("reads per node: %.1f at 20 nodes, %.1f at 10: more than linear growth", big, small)
+	}
+}

@@ -1,0 +1,170 @@
+package benchtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/test/cluster"
+)
+
+// lockDriver is the reboot cycle around the slot lock as the daemon runs
+// it (the same steps as locktest's driver, without its fault injection):
+// join when the sentinel appears, acquire, confirm, cordon (recording
+// whether the node was schedulable), "drain" (hold), record the boot ID
+// and ask the host to reboot; after the boot, uncordon and release. Every
+// request goes through client, with the node's own identity.
+type lockDriver struct {
+	h      *cluster.SimHost
+	client kubernetes.Interface
+	limits claim.Limits
+	hold   time.Duration
+	// started is called each time the daemon has started (watch cache
+	// filled, own claim read).
+	started func()
+}
+
+func (d *lockDriver) bootID() (string, error) {
+	b, err := os.ReadFile(filepath.Join(d.h.Root, cluster.BootIDPath))
+	return strings.TrimSpace(string(b)), err
+}
+
+// log is the lock's logger: nowhere, or stderr with BENCH_LOG=1.
+func (d *lockDriver) log() *slog.Logger {
+	if os.Getenv("BENCH_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", d.h.Name)
+}
+
+func (d *lockDriver) run(ctx context.Context) error {
+	l := lock.New(lock.Options{
+		Client: d.client, Node: d.h.Name, Limits: d.limits,
+		// The daemon's defaults (config.toml.example).
+		WaitingGrace: 2 * time.Minute, AlarmAge: time.Hour, EnteringAlarmAge: 10 * time.Minute,
+		BootID: d.bootID, Log: d.log(),
+	})
+	if err := l.Start(ctx); err != nil {
+		return err
+	}
+	if _, _, err := l.Own(ctx); err != nil {
+		return err
+	}
+	d.started()
+	for ctx.Err() == nil {
+		c, state := l.Known()
+		switch state {
+		case "":
+			if !d.h.RebootRequired() {
+				if err := sleep(ctx, 50*time.Millisecond); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := l.Join(ctx); err != nil {
+				return err
+			}
+		case claim.Waiting, claim.Entering:
+			if _, err := l.Acquire(ctx); err != nil && !errors.Is(err, lock.ErrLost) && !errors.Is(err, lock.ErrNotJoined) {
+				return err
+			}
+		case claim.Holding:
+			if err := d.hold1(ctx, l, c); err != nil {
+				return err
+			}
+		default:
+			if _, _, err := l.Own(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// hold1 does the holder's work: before the reboot, cordon, drain and ask
+// for the reboot; after it, uncordon and release.
+func (d *lockDriver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
+	boot, err := d.bootID()
+	if err != nil {
+		return err
+	}
+	if c.BootID != boot {
+		if !c.WasUnschedulable {
+			if err := setUnschedulable(ctx, d.client, d.h.Name, false); err != nil {
+				return err
+			}
+		}
+		return l.Release(ctx)
+	}
+	if c, err = l.Confirm(ctx); err != nil {
+		return err
+	}
+	if c.Phase == claim.PhaseAcquired {
+		n, err := d.client.CoreV1().Nodes().Get(ctx, d.h.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if _, err := l.Update(ctx, func(c *claim.Claim) {
+			c.Phase, c.WasUnschedulable = claim.PhaseCordoned, n.Spec.Unschedulable
+		}); err != nil {
+			return err
+		}
+		if err := setUnschedulable(ctx, d.client, d.h.Name, true); err != nil {
+			return err
+		}
+	}
+	if err := sleep(ctx, d.hold); err != nil {
+		return err
+	}
+	if _, err := l.Confirm(ctx); err != nil {
+		return err
+	}
+	if _, err := l.Update(ctx, func(c *claim.Claim) { c.Phase, c.BootID = claim.PhaseRebooting, boot }); err != nil {
+		return err
+	}
+	return reboot(ctx, d.h)
+}
+
+// reboot reboots the host, as logind would be asked to, and waits for the
+// reboot to stop this daemon. (Straight to SimHost.Reboot rather than
+// through RebootCommand, which the harness polls for every 25 ms.)
+func reboot(ctx context.Context, h *cluster.SimHost) error {
+	go func() {
+		if err := h.Reboot(context.Background()); err != nil {
+			fmt.Fprintf(os.Stderr, "reboot %s: %v\n", h.Name, err)
+		}
+	}()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func setUnschedulable(ctx context.Context, client kubernetes.Interface, node string, on bool) error {
+	body := `{"spec":{"unschedulable":null}}`
+	if on {
+		body = `{"spec":{"unschedulable":true}}`
+	}
+	_, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+	return err
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

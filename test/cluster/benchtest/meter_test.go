@@ -1,0 +1,115 @@
+package benchtest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// meter counts what a strategy's clients receive: the bytes of every
+// reply, and the events and bytes on their watches (the audit log counts
+// a watch once, when it starts, not the events it then carries).
+type meter struct {
+	events, bytes, all atomic.Int64
+}
+
+type meterSnapshot struct{ events, bytes, all int64 }
+
+func (m *meter) snapshot() meterSnapshot {
+	return meterSnapshot{m.events.Load(), m.bytes.Load(), m.all.Load()}
+}
+
+func (s meterSnapshot) sub(o meterSnapshot) meterSnapshot {
+	return meterSnapshot{s.events - o.events, s.bytes - o.bytes, s.all - o.all}
+}
+
+// client returns a client for cfg that sends userAgent (the audit log is
+// filtered by it) and counts its watch traffic in m.
+func (m *meter) client(cfg *rest.Config, userAgent string) (kubernetes.Interface, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = userAgent
+	// As the daemon's own client (daemon/kube.Config).
+	cfg.QPS, cfg.Burst = 20, 40
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return meterTransport{rt, m} })
+	return kubernetes.NewForConfig(cfg)
+}
+
+type meterTransport struct {
+	rt http.RoundTripper
+	m  *meter
+}
+
+func (t meterTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(r)
+	if err != nil || resp.Body == nil {
+		return resp, err
+	}
+	if w := r.URL.Query().Get("watch"); w == "true" || w == "1" {
+		resp.Body = &watchBody{ReadCloser: resp.Body, m: t.m,
+			proto: strings.Contains(resp.Header.Get("Content-Type"), "protobuf")}
+	} else {
+		resp.Body = countingBody{resp.Body, &t.m.all}
+	}
+	return resp, nil
+}
+
+// countingBody counts the bytes of a reply.
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// watchBody counts the bytes and the events of a watch stream: one JSON
+// document per line, or length-prefixed protobuf frames.
+type watchBody struct {
+	io.ReadCloser
+	m     *meter
+	proto bool
+	// frame: bytes of the length prefix read so far, and bytes left of
+	// the current protobuf frame.
+	prefix []byte
+	left   int
+}
+
+func (b *watchBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.m.bytes.Add(int64(n))
+	b.m.all.Add(int64(n))
+	if b.proto {
+		b.frames(p[:n])
+	} else {
+		b.m.events.Add(int64(bytes.Count(p[:n], []byte{'\n'})))
+	}
+	return n, err
+}
+
+func (b *watchBody) frames(p []byte) {
+	for len(p) > 0 {
+		if b.left > 0 {
+			k := min(b.left, len(p))
+			b.left -= k
+			p = p[k:]
+			continue
+		}
+		k := min(4-len(b.prefix), len(p))
+		b.prefix = append(b.prefix, p[:k]...)
+		p = p[k:]
+		if len(b.prefix) == 4 {
+			b.left = int(binary.BigEndian.Uint32(b.prefix))
+			b.prefix = b.prefix[:0]
+			b.m.events.Add(1)
+		}
+	}
+}

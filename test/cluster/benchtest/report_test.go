@@ -1,0 +1,100 @@
+package benchtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// writeTable prints the results as one Markdown table, the strategies of
+// each case on consecutive lines.
+func writeTable(w io.Writer, rows []result) {
+	fmt.Fprintln(w, "| N | k | zones (max) | strategy | T | makespan | ideal | ratio | slot (ratio) | hand-off p50 / p99 | requests | per acq. | peak/s | reads/node | received MB | watch events (MB) | CPU s | RSS peak MB (+/node) |")
+	fmt.Fprintln(w, "|---:|---:|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		strategy := label(r)
+		perNode := (r.RSSPeakMB - r.RSSBeforeMB) / float64(r.Nodes)
+		makespan, ratio := secs(r.Makespan), fmt.Sprintf("%.3f", r.Ratio)
+		if r.Unfinished != "" {
+			makespan, ratio = "> "+makespan+" (unfinished)", "> "+ratio
+		}
+		fmt.Fprintf(w, "| %d | %d | %d (%d) | %s | %s | %s | %s | %s | %s (%.3f) | %s / %s | %d | %.1f | %d | %.1f | %.1f | %d (%.1f) | %.0f | %.0f (%+.1f) |\n",
+			r.Nodes, r.Concurrency, r.Zones, r.GroupLimit, strategy, secs(r.T),
+			makespan, secs(r.Ideal), ratio, secs(r.SlotMean), r.SlotRatio,
+			ms(r.HandoffP50), ms(r.HandoffP99),
+			r.Requests, r.PerAcquisition, r.PeakPerSecond, r.ReadsPerNode,
+			r.ReceivedMB, r.WatchEvents, r.WatchMB, r.CPUSeconds, r.RSSPeakMB, perNode)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Requests by verb (total; peak per second), and writes refused with a conflict:")
+	for _, r := range rows {
+		var parts []string
+		for _, v := range slices.Sorted(maps.Keys(r.ByVerb)) {
+			parts = append(parts, fmt.Sprintf("%s %d (%d/s)", v, r.ByVerb[v], r.PeakByVerb[v]))
+		}
+		fmt.Fprintf(w, "- N=%d, k=%d, %s: %s; %d conflicts\n", r.Nodes, r.Concurrency, label(r), strings.Join(parts, ", "), r.Conflicts)
+	}
+	for _, r := range rows {
+		if r.Unfinished != "" {
+			fmt.Fprintf(w, "\nN=%d, k=%d, %s: %s\n", r.Nodes, r.Concurrency, label(r), r.Unfinished)
+		}
+	}
+}
+
+// label is the strategy, with the kured-style period.
+func label(r result) string {
+	if r.Period > 0 {
+		return fmt.Sprintf("%s (period %s)", r.Strategy, secs(r.Period))
+	}
+	return r.Strategy
+}
+
+// commit names the checkout the benchmark ran on.
+func commit() string {
+	out, err := exec.Command("git", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func secs(s float64) string { return fmt.Sprintf("%.2fs", s) }
+
+func ms(s float64) string { return fmt.Sprintf("%.0fms", s*1000) }
+
+// report is the JSON written under results/.
+type report struct {
+	Time      time.Time `json:"time"`
+	Commit    string    `json:"commit"` // git describe --always --dirty
+	GoVersion string    `json:"goVersion"`
+	CPUs      int       `json:"cpus"`
+	Notes     []string  `json:"notes"`
+	Cases     []result  `json:"cases"`
+}
+
+// writeResults writes rows as JSON to $BENCH_RESULTS (default: results/ at
+// the repository root), named by the time, and returns the path.
+func writeResults(rows []result, notes []string) (string, error) {
+	dir := os.Getenv("BENCH_RESULTS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "..", "results")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	now := time.Now().UTC()
+	b, err := json.MarshalIndent(report{Time: now, Commit: commit(), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Notes: notes, Cases: rows}, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "bench-"+now.Format("20060102T150405Z")+".json")
+	return path, os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,626 @@
+package benchtest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/test/cluster"
+)
+
+const zoneLabel = "topology.kubernetes.io/zone"
+
+// The strategies, also the user agents their requests are counted by.
+const (
+	slotLock   = "kured-host"
+	kuredStyle = "kured-style"
+)
+
+func userAgent(strategy string) string { return strategy + "-bench" }
+
+// rollCase is one roll: every node needs a reboot at once.
+type rollCase struct {
+	Nodes, K, Zones int
+	// Hold is the "drain", Down the reboot (down until back Ready): T,
+	// the simulated time per node, is their sum.
+	Hold, Down time.Duration
+	// Period is the kured-style baseline's polling period.
+	Period time.Duration
+}
+
+func (c rollCase) T() time.Duration { return c.Hold + c.Down }
+
+// GroupMax is the per-zone limit: ⌈k/zones⌉, so that the zones together
+// allow k at once and the group limit is not the bottleneck.
+func (c rollCase) GroupMax() int { return (c.K + c.Zones - 1) / c.Zones }
+
+func (c rollCase) zone(i int) string { return fmt.Sprintf("zone-%c", 'a'+i%c.Zones) }
+
+// Rounds is the fewest rounds of T any schedule needs: ⌈N/k⌉, or more if
+// a zone's nodes need more at GroupMax per round.
+func (c rollCase) Rounds() int {
+	r := (c.Nodes + c.K - 1) / c.K
+	for z := range c.Zones {
+		n := c.Nodes / c.Zones
+		if z < c.Nodes%c.Zones {
+			n++
+		}
+		r = max(r, (n+c.GroupMax()-1)/c.GroupMax())
+	}
+	return r
+}
+
+func (c rollCase) Ideal() time.Duration { return time.Duration(c.Rounds()) * c.T() }
+
+func (c rollCase) String() string { return fmt.Sprintf("N=%d,k=%d", c.Nodes, c.K) }
+
+// slot is one node's turn: when its slot was taken and given back, as an
+// admin watch saw it.
+type slot struct {
+	node           string
+	held, released time.Time
+}
+
+// result is one roll's figures (JSON under results/).
+type result struct {
+	Strategy    string  `json:"strategy"`
+	Nodes       int     `json:"nodes"`
+	Concurrency int     `json:"concurrency"`
+	Zones       int     `json:"zones"`
+	GroupLimit  int     `json:"groupLimit"`
+	T           float64 `json:"tSeconds"`
+	Period      float64 `json:"periodSeconds,omitempty"`
+	// Makespan is the first sentinel to the last release; Ideal is
+	// Rounds·T.
+	Makespan float64 `json:"makespanSeconds"`
+	Rounds   int     `json:"rounds"`
+	Ideal    float64 `json:"idealSeconds"`
+	Ratio    float64 `json:"ratio"`
+	// SlotMean is the mean time a node held its slot (T plus the
+	// simulated host's and the daemon's own overhead); SlotRatio is the
+	// makespan against Rounds·SlotMean, what the queue itself loses.
+	SlotMean   float64 `json:"slotMeanSeconds"`
+	SlotRatio  float64 `json:"slotRatio"`
+	HandoffP50 float64 `json:"handoffP50Seconds"`
+	HandoffP99 float64 `json:"handoffP99Seconds"`
+	// API requests of the strategy's clients between the first sentinel
+	// and the last release, from the API server's audit log.
+	Requests       int            `json:"requests"`
+	PerAcquisition float64        `json:"requestsPerAcquisition"`
+	PeakPerSecond  int            `json:"peakPerSecond"`
+	ByVerb         map[string]int `json:"byVerb"`
+	PeakByVerb     map[string]int `json:"peakPerSecondByVerb"`
+	ReadsPerNode   float64        `json:"readsPerNode"`
+	// Unfinished says how far a roll got that did not finish in time.
+	Unfinished string `json:"unfinished,omitempty"`
+	// Conflicts are writes refused because the object had changed (409).
+	Conflicts int `json:"conflicts"`
+	// What the strategy's clients received in that window: every reply
+	// (MB, decompressed), and on watches.
+	ReceivedMB  float64 `json:"receivedMB"`
+	WatchEvents int64   `json:"watchEvents"`
+	WatchMB     float64 `json:"watchMB"`
+	// The test process (API server, etcd and every simulated host): CPU
+	// used during the roll, resident memory before the hosts were added
+	// and at its peak during the roll, peak Go heap in use, and VmHWM.
+	CPUSeconds  float64 `json:"cpuSeconds"`
+	RSSBeforeMB float64 `json:"rssBeforeMB"`
+	RSSPeakMB   float64 `json:"rssPeakMB"`
+	HeapPeakMB  float64 `json:"heapPeakMB"`
+	HWMMB       float64 `json:"vmHWMMB"`
+}
+
+var rollSeq atomic.Int64
+
+// slotWatch tells which slots were taken and given back so far, and how
+// many are held now, as an admin watch saw them.
+type slotWatch interface {
+	slots(ctx context.Context) (done []slot, held int, err error)
+	// check returns the limits broken at any revision.
+	check() error
+	stop()
+}
+
+// fleet is one roll's hosts and what their services report.
+type fleet struct {
+	hosts   []*cluster.SimHost
+	meter   *meter
+	started atomic.Int64
+	fail    chan error
+}
+
+// service runs f as a host's daemon; an error other than the end of its
+// boot fails the roll.
+func (f *fleet) service(run func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := run(ctx)
+		if err != nil && ctx.Err() == nil {
+			select {
+			case f.fail <- err:
+			default:
+			}
+		}
+		return err
+	}
+}
+
+// roll runs one case with one strategy: N fresh hosts in 3 zones, each
+// running the strategy as its "kured-host" service; every sentinel is set
+// at once; it waits until every node has rebooted and given its slot
+// back (or 2·ideal + 2 min have passed: the row then says how far it
+// got), checks the limits at every revision, and measures.
+func roll(tb testing.TB, c rollCase, strategy string) result {
+	tb.Helper()
+	budget := 2*c.Ideal() + 2*time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), budget+15*time.Minute)
+	defer cancel()
+	run := rollSeq.Add(1)
+	prefix := fmt.Sprintf("r%d-%c", run, map[string]rune{slotLock: 'h', kuredStyle: 's'}[strategy])
+
+	memBefore := readMem()
+	f := &fleet{hosts: addHosts(tb, ctx, prefix, c), meter: &meter{}, fail: make(chan error, 1)}
+	defer removeHosts(f.hosts)
+	var w slotWatch
+	switch strategy {
+	case slotLock:
+		w = startSlotLock(tb, ctx, f, c)
+	case kuredStyle:
+		w = startKuredStyle(tb, ctx, f, c, prefix, run)
+	default:
+		tb.Fatalf("no strategy %q", strategy)
+	}
+	defer w.stop()
+	// Every daemon running and settled, as long before a kernel update:
+	// the kured-style pollers on their regular ticks.
+	if !waitFor(tb, ctx, f, func() bool { return f.started.Load() >= int64(len(f.hosts)) }) {
+		tb.Fatalf("daemons not started: %s", where(f.hosts))
+	}
+	settle := 200 * time.Millisecond
+	if strategy == kuredStyle {
+		settle = c.Period*3/2 + 100*time.Millisecond
+	}
+	if err := sleep(ctx, settle); err != nil {
+		tb.Fatal(err)
+	}
+
+	sampler := startMemSampler()
+	cpuBefore := cpuTime()
+	watchBefore := f.meter.snapshot()
+	start := time.Now()
+	for _, h := range f.hosts {
+		if err := h.SetRebootRequired(true); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	slots, finished := waitRolled(tb, ctx, f, w, start.Add(budget))
+	watch := f.meter.snapshot().sub(watchBefore)
+	cpu := cpuTime() - cpuBefore
+	mem := sampler.stop()
+	if err := w.check(); err != nil {
+		tb.Fatal(err)
+	}
+
+	end := start
+	for _, s := range slots {
+		end = later(end, s.released)
+	}
+	all, err := audit.Requests(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reqs := all.Between(start, end).Where(func(r cluster.Request) bool { return r.UserAgent == userAgent(strategy) })
+	if os.Getenv("BENCH_TIMELINE") != "" {
+		timeline(start, slots)
+	}
+	r := measure(c, strategy, start, end, slots, reqs, watch, cpu, memBefore, mem)
+	if !finished {
+		// The makespan is at least the budget.
+		r.Makespan, r.Ratio = budget.Seconds(), budget.Seconds()/r.Ideal
+		r.Unfinished = fmt.Sprintf("not done after %s: %s", budget.Round(time.Second), where(f.hosts))
+		tb.Logf("%s, %s: %s", c, strategy, r.Unfinished)
+	}
+	return r
+}
+
+// waitRolled waits until every host has rebooted and every slot is back,
+// or until the deadline; it returns the slots given back.
+func waitRolled(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, deadline time.Time) ([]slot, bool) {
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var slots []slot
+	finished := waitFor(tb, dctx, f, func() bool {
+		for _, h := range f.hosts {
+			if h.Boots() < 2 {
+				return false
+			}
+		}
+		s, held, err := w.slots(dctx)
+		if err != nil {
+			return false
+		}
+		slots = s
+		return held == 0 && len(s) >= len(f.hosts)
+	})
+	if !finished {
+		s, _, err := w.slots(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		slots = s
+	}
+	return slots, finished
+}
+
+// startSlotLock runs the slot lock's driver on every host, with the
+// auditor watching.
+func startSlotLock(tb testing.TB, ctx context.Context, f *fleet, c rollCase) slotWatch {
+	a, err := cp.StartAuditor(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, h := range f.hosts {
+		names[h.Name] = true
+	}
+	a.Scope = func(n string) bool { return names[n] }
+	limits := claim.Limits{Concurrency: c.K, Groups: []claim.GroupLimit{{Label: zoneLabel, Max: c.GroupMax()}}}
+	for _, h := range f.hosts {
+		client, err := f.meter.client(h.Config, userAgent(slotLock))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		d := &lockDriver{h: h, client: client, limits: limits, hold: c.Hold, started: func() { f.started.Add(1) }}
+		h.AddService("kured-host", f.service(d.run))
+	}
+	return auditorWatch{a: a, limits: limits}
+}
+
+type auditorWatch struct {
+	a      *cluster.Auditor
+	limits claim.Limits
+}
+
+func (w auditorWatch) slots(ctx context.Context) ([]slot, int, error) {
+	if err := w.a.Sync(ctx); err != nil {
+		return nil, 0, err
+	}
+	var out []slot
+	held := 0
+	for _, x := range w.a.Acquisitions() {
+		if !x.ReleasedOK {
+			held++
+			continue
+		}
+		out = append(out, slot{node: x.Node, held: x.Held.Seen, released: x.Released.Seen})
+	}
+	return out, held, nil
+}
+
+func (w auditorWatch) check() error { return w.a.Check(w.limits) }
+func (w auditorWatch) stop()        { w.a.Stop() }
+
+// startKuredStyle creates the lock DaemonSet and runs kured's loop on
+// every host, with its own auditor watching the DaemonSet.
+func startKuredStyle(tb testing.TB, ctx context.Context, f *fleet, c rollCase, prefix string, run int64) slotWatch {
+	ds := prefix + "-kured"
+	obj, err := cp.DaemonSetObject(ctx, kuredNamespace, ds, map[string]string{"app": ds})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ka, err := startKuredAuditor(ctx, obj, c.K, c.GroupMax())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ka.ds = ds
+	for i, h := range f.hosts {
+		client, err := kuredClient(f.meter, h.Name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		k := &kuredNode{h: h, client: client, ds: ds, zone: c.zone(i), maxOwners: c.K, zoneMax: c.GroupMax(),
+			period: c.Period, hold: c.Hold, rand: rand.New(rand.NewPCG(uint64(run), uint64(i))),
+			started: func() { f.started.Add(1) }}
+		h.AddService("kured-host", f.service(k.run))
+	}
+	return ka
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// measure turns one roll's record into its figures.
+func measure(c rollCase, strategy string, start, end time.Time, slots []slot, reqs cluster.Requests,
+	watch meterSnapshot, cpu time.Duration, before memStats, peak memStats) result {
+	r := result{
+		Strategy: strategy, Nodes: c.Nodes, Concurrency: c.K, Zones: c.Zones, GroupLimit: c.GroupMax(),
+		T: c.T().Seconds(), Makespan: end.Sub(start).Seconds(), Rounds: c.Rounds(), Ideal: c.Ideal().Seconds(),
+		Requests: len(reqs), ByVerb: reqs.Count(cluster.Verb), PeakByVerb: map[string]int{},
+		ReceivedMB: float64(watch.all) / 1e6, WatchEvents: watch.events, WatchMB: float64(watch.bytes) / 1e6,
+		CPUSeconds: cpu.Seconds(), RSSBeforeMB: mb(before.rss), RSSPeakMB: mb(peak.rss), HeapPeakMB: mb(peak.heap), HWMMB: mb(peak.hwm),
+	}
+	if strategy == kuredStyle {
+		r.Period = c.Period.Seconds()
+	}
+	r.Ratio = r.Makespan / r.Ideal
+	r.PeakPerSecond, _ = reqs.PeakPerSecond()
+	for verb := range r.ByVerb {
+		r.PeakByVerb[verb], _ = reqs.Where(func(x cluster.Request) bool { return x.Verb == verb }).PeakPerSecond()
+	}
+	if len(slots) > 0 {
+		r.PerAcquisition = float64(len(reqs)) / float64(len(slots))
+		var held time.Duration
+		for _, s := range slots {
+			held += s.released.Sub(s.held)
+		}
+		r.SlotMean = (held / time.Duration(len(slots))).Seconds()
+		r.SlotRatio = r.Makespan / (float64(r.Rounds) * r.SlotMean)
+	}
+	r.ReadsPerNode = float64(reqs.Reads()) / float64(c.Nodes)
+	r.Conflicts = len(reqs.Where(func(x cluster.Request) bool { return x.Code == 409 }))
+	p50, p99 := handoffs(slots)
+	r.HandoffP50, r.HandoffP99 = p50.Seconds(), p99.Seconds()
+	return r
+}
+
+// handoffs are the times from a release to the next slot taken (as
+// BenchmarkHandoff in locktest measures them): for each slot taken after
+// the first release, the time since the latest release before it.
+func handoffs(slots []slot) (p50, p99 time.Duration) {
+	var releases []time.Time
+	for _, s := range slots {
+		releases = append(releases, s.released)
+	}
+	slices.SortFunc(releases, time.Time.Compare)
+	var hs []time.Duration
+	for _, s := range slots {
+		i := sort.Search(len(releases), func(i int) bool { return !releases[i].Before(s.held) })
+		if i == 0 {
+			continue // among the first k: no release before it
+		}
+		hs = append(hs, s.held.Sub(releases[i-1]))
+	}
+	if len(hs) == 0 {
+		return 0, 0
+	}
+	slices.Sort(hs)
+	pct := func(p float64) time.Duration { return hs[int(p*float64(len(hs)-1)+0.5)] }
+	return pct(0.5), pct(0.99)
+}
+
+// waitFor polls done until it is true (true), or until ctx ends (false);
+// a service's failure fails the test.
+func waitFor(tb testing.TB, ctx context.Context, f *fleet, done func() bool) bool {
+	tb.Helper()
+	for !done() {
+		select {
+		case err := <-f.fail:
+			tb.Fatal(err)
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// where summarises the hosts: how many have rebooted, and the claims on
+// them.
+func where(hosts []*cluster.SimHost) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rebooted := 0
+	for _, h := range hosts {
+		if h.Boots() >= 2 {
+			rebooted++
+		}
+	}
+	list, err := cp.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: claim.Label})
+	if err != nil {
+		return err.Error()
+	}
+	mine := map[string]bool{}
+	for _, h := range hosts {
+		mine[h.Name] = true
+	}
+	claims := map[string][]string{}
+	for _, n := range list.Items {
+		if mine[n.Name] {
+			st := n.Labels[claim.Label]
+			claims[st] = append(claims[st], n.Name)
+		}
+	}
+	out := fmt.Sprintf("%d of %d hosts rebooted", rebooted, len(hosts))
+	for st, names := range claims {
+		slices.Sort(names)
+		out += fmt.Sprintf("; %d %s %v", len(names), st, names[:min(len(names), 8)])
+	}
+	return out
+}
+
+// kuredClient is one kured pod's client: its own certificate, with
+// admin rights (kured's ServiceAccount may update its DaemonSet; a node
+// identity may not write a shared object).
+func kuredClient(m *meter, node string) (kubernetes.Interface, error) {
+	certPEM, keyPEM, err := cp.CA.ClientCert("kured-"+node, []string{"system:masters"}, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	return m.client(&rest.Config{Host: cp.Server,
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.ServerCA, CertData: certPEM, KeyData: keyPEM}}, userAgent(kuredStyle))
+}
+
+// addHosts adds c.Nodes hosts, a few at a time, spread over the zones.
+func addHosts(tb testing.TB, ctx context.Context, prefix string, c rollCase) []*cluster.SimHost {
+	tb.Helper()
+	hosts := make([]*cluster.SimHost, c.Nodes)
+	errs := make(chan error, c.Nodes)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				h, err := cp.AddHost(ctx, cluster.HostOptions{
+					Name:     fmt.Sprintf("%s-%03d", prefix, i),
+					Labels:   map[string]string{zoneLabel: c.zone(i)},
+					DownTime: c.Down,
+					// The daemons call SimHost.Reboot: no polling for
+					// RebootCommand (8 % of the CPU at 200 nodes).
+					NoAutoReboot: true,
+				})
+				if err != nil {
+					errs <- err
+					continue
+				}
+				hosts[i] = h
+			}
+		})
+	}
+	for i := range c.Nodes {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		removeHosts(hosts)
+		tb.Fatal(err)
+	}
+	return hosts
+}
+
+func removeHosts(hosts []*cluster.SimHost) {
+	next := make(chan *cluster.SimHost)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for h := range next {
+				cp.RemoveHost(context.Background(), h)
+			}
+		})
+	}
+	for _, h := range hosts {
+		if h != nil {
+			next <- h
+		}
+	}
+	close(next)
+	wg.Wait()
+}
+
+// memStats is the test process's memory: resident now, its high-water
+// mark (VmHWM) and the Go heap in use, in bytes.
+type memStats struct{ rss, hwm, heap uint64 }
+
+func mb(b uint64) float64 { return float64(b) / (1 << 20) }
+
+func readMem() memStats {
+	var m memStats
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return m
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		k, v, ok := strings.Cut(s.Text(), ":")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "VmRSS":
+			m.rss = kb << 10
+		case "VmHWM":
+			m.hwm = kb << 10
+		}
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.heap = ms.HeapInuse
+	return m
+}
+
+// memSampler keeps the peaks of memStats, sampled every 250 ms.
+type memSampler struct {
+	mu   sync.Mutex
+	peak memStats
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func startMemSampler() *memSampler {
+	s := &memSampler{done: make(chan struct{})}
+	s.sample()
+	s.wg.Go(func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+				s.sample()
+			}
+		}
+	})
+	return s
+}
+
+func (s *memSampler) sample() {
+	m := readMem()
+	s.mu.Lock()
+	s.peak = memStats{rss: max(s.peak.rss, m.rss), hwm: max(s.peak.hwm, m.hwm), heap: max(s.peak.heap, m.heap)}
+	s.mu.Unlock()
+}
+
+func (s *memSampler) stop() memStats {
+	close(s.done)
+	s.wg.Wait()
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
+
+// cpuTime is the CPU time the process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// timeline prints each slot, taken and given back, from the start
+// (BENCH_TIMELINE=1).
+func timeline(start time.Time, slots []slot) {
+	slots = slices.Clone(slots)
+	slices.SortFunc(slots, func(a, b slot) int { return a.held.Compare(b.held) })
+	for _, s := range slots {
+		fmt.Fprintf(os.Stderr, "%s %7.3fs %7.3fs\n", s.node, s.held.Sub(start).Seconds(), s.released.Sub(start).Seconds())
+	}
+}

@@ -1,0 +1,187 @@
+// Package footprint measures what an idle kured-host costs: the real
+// binary on a simulated host, with a valid configuration and no reboot
+// needed, against the real API server with an audit log that counts every
+// request it makes.
+//
+//	make bench-idle
+package footprint
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/test/cluster"
+)
+
+var (
+	cp  *cluster.ControlPlane
+	bin string
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kured-host-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// As `make build` builds it (static, stripped), so that the pages of
+	// the binary in memory are those of the release.
+	os.Setenv("CGO_ENABLED", "0")
+	if bin, err = cluster.BuildKuredHost(dir, "-trimpath", "-ldflags=-s -w"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if cp, err = cluster.Start(cluster.Options{AuditLog: true}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	cp.Stop()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// BenchmarkIdleDaemon runs kured-host idle for IDLE_FOR (default 1 min)
+// after it is ready, and reports its resident memory, the CPU time it
+// used while idle, the requests it made after start-up (from the API
+// server's audit log: user system:node:<name>, user agent kured-host/*)
+// and the size of the binary.
+func BenchmarkIdleDaemon(b *testing.B) {
+	idle := time.Minute
+	if v := os.Getenv("IDLE_FOR"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		idle = d
+	}
+	for b.Loop() {
+		idleDaemon(b, idle)
+	}
+}
+
+func idleDaemon(b *testing.B, idle time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), idle+2*time.Minute)
+	defer cancel()
+	audit, err := cp.AuditLog()
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := cp.AddHost(ctx, cluster.HostOptions{Name: "idle-1", Labels: map[string]string{config.ZoneLabel: "zone-a"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cp.RemoveHost(context.Background(), h)
+	c := config.Default()
+	c.Reboot.Method, c.Reboot.Command = config.RebootCommand, h.RebootCommand()
+	c.Blockers.Inhibitors = false // no system bus on a simulated host
+	// As after a boot: the binary is not in the page cache, so only the
+	// pages the daemon touches are read (a fresh build is all cached,
+	// and the kernel maps cached files in large folios).
+	if err := dropCache(bin); err != nil {
+		b.Fatal(err)
+	}
+	k, err := h.RunKuredHost(bin, c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for !strings.Contains(k.Logs(), "msg=ready") {
+		select {
+		case <-ctx.Done():
+			b.Fatalf("not ready:\n%s", k.Logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	pid := h.Process("kured-host").Pid
+	ours := func(r cluster.Request) bool {
+		return r.User == "system:node:"+h.Name && strings.HasPrefix(r.UserAgent, "kured-host/")
+	}
+	before, err := audit.Requests(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	startup := before.Where(ours)
+	cpu0 := cpuTime(b, pid)
+	time.Sleep(idle)
+	cpu1 := cpuTime(b, pid)
+	after, err := audit.Requests(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	idleRequests := after.Where(ours)
+	rss, hwm := memory(b, pid, "VmRSS"), memory(b, pid, "VmHWM")
+	anon, file := memory(b, pid, "RssAnon"), memory(b, pid, "RssFile")
+	st, err := os.Stat(bin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(len(startup)), "startup-requests")
+	b.ReportMetric(float64(len(idleRequests)), "idle-requests")
+	b.ReportMetric(rss/1024, "rss-MiB")
+	b.ReportMetric(hwm/1024, "peak-rss-MiB")
+	b.ReportMetric(anon/1024, "rss-anon-MiB")
+	b.ReportMetric(file/1024, "rss-file-MiB")
+	b.ReportMetric((cpu1-cpu0).Seconds()*1000, "idle-cpu-ms")
+	b.ReportMetric(float64(st.Size())/(1<<20), "binary-MiB")
+	b.Logf("start-up requests by verb/resource: %v", startup.Count(func(r cluster.Request) string { return r.Verb + " " + r.Resource + r.Subresource }))
+	if len(idleRequests) > 0 {
+		b.Logf("requests while idle: %v", idleRequests.Count(func(r cluster.Request) string { return r.Verb + " " + r.Resource }))
+	}
+	b.Logf("idle %s: %d requests, RSS %.1f MiB (peak %.1f MiB), CPU %s, binary %.1f MiB",
+		idle, len(idleRequests), rss/1024, hwm/1024, (cpu1 - cpu0).Round(time.Millisecond), float64(st.Size())/(1<<20))
+}
+
+// memory reads a kB field of /proc/PID/status.
+func memory(b *testing.B, pid int, field string) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb
+		}
+	}
+	b.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// cpuTime is the user and system time of a process (/proc/PID/stat).
+func cpuTime(b *testing.B, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses.
+	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
+	f := strings.Fields(rest)
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticks
+}
+
+// dropCache asks the kernel to drop the file's pages from the page cache.
+func dropCache(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+}

@@ -1,0 +1,64 @@
+// Command kured-host-vm-guest runs inside the VM of the VM test
+// (test/cluster/vmtest), from the read-only 9p share, as two systemd
+// services of the image (test/vm/guest):
+//
+//	kured-host-vm-guest kubelet --kubeconfig /etc/kubernetes/kubelet.conf
+//	kured-host-vm-guest agent --listen :7050
+//
+// kubelet is the stand-in for the node's kubelet, with the node's own
+// credentials: it registers the Node (named after the host, as the kubelet
+// does), reports it Ready with the boot ID, renews its lease, moves the
+// pods bound to it to Running, finishes the ones being deleted, and
+// reports NotReady when stopped (as graceful node shutdown does).
+//
+// agent runs the test driver's shell commands as root and answers with
+// their output and exit status, over HTTP on the VM's network (a tap
+// device in the test's own network namespace).
+//
+// It is built static (CGO_ENABLED=0) by the test.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: kured-host-vm-guest kubelet|agent [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "kubelet":
+		err = runKubelet(ctx, log.With("component", "kubelet"), os.Args[2:])
+	case "agent":
+		err = runAgent(ctx, log.With("component", "agent"), os.Args[2:])
+	default:
+		fmt.Fprintf(os.Stderr, "kured-host-vm-guest: unknown command %q\n", os.Args[1])
+		os.Exit(2)
+	}
+	if err != nil {
+		log.Error("exiting", "err", err)
+		os.Exit(1)
+	}
+}
+
+// bootID is this boot's ID, as the kernel has it.
+func bootID() (string, error) {
+	b, err := os.ReadFile(bootIDPath)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
