@@ -99,8 +99,13 @@ func TestOperatorSignals(t *testing.T) {
 		t.Errorf("after the cycle: annotations %v, labels %v", node.Annotations, node.Labels)
 	}
 
-	reasons := eventReasons(t, name)
+	// SlotReleased is recorded just after the release the wait above saw.
 	wantReasons := []string{"RebootRequired", "WaitingForSlot", "SlotAcquired", "Cordoned", "Drained", "Rebooting", "Rebooted", "Uncordoned", "SlotReleased"}
+	var reasons []string
+	waitFor(t, ctx, "the SlotReleased event", func() bool {
+		reasons = eventReasons(t, name)
+		return len(reasons) > 0 && reasons[len(reasons)-1] == "SlotReleased"
+	})
 	if !slices.Equal(reasons, wantReasons) {
 		t.Errorf("events %q, want %q", reasons, wantReasons)
 	}
