@@ -112,7 +112,13 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 		Rebooter: reboot,
 		Watchdog: host.WatchdogInterval(),
 		BootID:   s.Root.BootID,
-		Ready:    func(ctx context.Context) (bool, error) { return kube.NodeReady(ctx, client, node) },
+		Ready: func(ctx context.Context) (bool, string, error) {
+			boot, err := s.Root.BootID()
+			if err != nil {
+				return false, "", err
+			}
+			return kube.NodeReadyIn(ctx, client, node, boot)
+		},
 	}, nil
 }
 

@@ -78,8 +78,9 @@ type Daemon struct {
 	Drainer  Drainer
 	Rebooter Rebooter
 	BootID   func() (string, error)
-	// Ready reports whether this node's Node is Ready.
-	Ready   func(ctx context.Context) (bool, error)
+	// Ready reports whether this node's Node is Ready in the current
+	// boot, and if not, why.
+	Ready   func(ctx context.Context) (bool, string, error)
 	Metrics *metrics.Metrics
 	Events  EventSink // may be nil
 	// Marks and Messages are kured's node marks and notifications; nil
@@ -694,18 +695,20 @@ func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Clai
 	return nil
 }
 
-// waitHealthy waits until the Node is Ready and the health command (if
+// waitHealthy waits until the Node is Ready in this boot and the health command (if
 // any) passes, reporting once if it takes longer than health.timeout. The
 // slot stays held meanwhile.
 func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
 	began := d.Now()
 	reported := false
+	last := ""
 	for {
-		ready, err := d.Ready(ctx)
+		ready, why, err := d.Ready(ctx)
 		if err != nil && ctx.Err() == nil {
 			log.Warn("cannot read the node's Ready condition", "err", err)
+			why = "cannot read the Node"
 		}
-		healthy, why := ready, "the node is not Ready yet"
+		healthy := ready
 		if ready && len(d.Config.Health.Command) > 0 {
 			healthy, why = d.health(ctx)
 		}
@@ -713,6 +716,10 @@ func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
 			return nil
 		}
 		d.setStatus("rebooted; waiting: " + why)
+		if why != last {
+			log.Info("rebooted; keeping the slot until the node is healthy", "why", why)
+			last = why
+		}
 		if !reported && d.Now().Sub(began) > d.Config.Health.Timeout.Std() {
 			waited := d.Now().Sub(began).Round(time.Second)
 			log.Error("not healthy long after the reboot; keeping the slot", "waited", waited, "why", why)

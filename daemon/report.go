@@ -47,7 +47,7 @@ var Reasons = []struct{ Reason, Type, When string }{
 	{ReasonRebootFailed, "Warning", "the reboot request was refused; retried"},
 	{ReasonRebootOverdue, "Warning", "still the same boot reboot.timeout after asking; asked again"},
 	{ReasonRebooted, "Normal", "running in a new boot; the message says how long the reboot took"},
-	{ReasonHealthCheckFailed, "Warning", "not Ready or the health command still fails health.timeout after the reboot; the slot stays held"},
+	{ReasonHealthCheckFailed, "Warning", "not Ready in the new boot, or the health command still fails, health.timeout after the reboot; the slot stays held"},
 	{ReasonUncordoned, "Normal", "uncordoned (only when kured-host cordoned it)"},
 	{ReasonSlotReleased, "Normal", "the slot is free for the next node"},
 	{ReasonSlotLost, "Warning", "someone else removed or changed the claim before the reboot; the node is put back and starts over"},

@@ -85,10 +85,11 @@ type NodeReader interface {
 	Node(ctx context.Context, name string) (*corev1.Node, error)
 }
 
-// Node checks that the node exists, whether it is Ready, and which group
+// Node checks that the node exists, whether it is Ready, whether it
+// shows this host's boot ID (bootID; "" when unknown), and which group
 // limits apply to it: a node without a group's label is not limited by
 // that group's rule.
-func Node(ctx context.Context, r NodeReader, name string, groups []config.GroupLimit) Finding {
+func Node(ctx context.Context, r NodeReader, name, bootID string, groups []config.GroupLimit) Finding {
 	const check = "node"
 	n, err := r.Node(ctx, name)
 	switch {
@@ -110,6 +111,10 @@ func Node(ctx context.Context, r NodeReader, name string, groups []config.GroupL
 		}
 	}
 	msg := fmt.Sprintf("%s is %s", name, ready)
+	if got := n.Status.NodeInfo.BootID; bootID != "" && got != bootID {
+		level = Warn
+		msg += fmt.Sprintf("; the Node shows boot %.8s, this host is in boot %.8s: the kubelet has not reported this boot yet, or this host is not %s (after a reboot the daemon keeps the slot until they match)", got, bootID, name)
+	}
 	if len(labels) > 0 {
 		msg += "; " + strings.Join(labels, ", ")
 	}

@@ -69,7 +69,10 @@ func (f fakeNodes) Node(_ context.Context, name string) (*corev1.Node, error) {
 func node(name string, ready corev1.ConditionStatus, labels map[string]string) *corev1.Node {
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}},
+			NodeInfo:   corev1.NodeSystemInfo{BootID: "b00t1d00-0000-4000-8000-000000000001"},
+		},
 	}
 }
 
@@ -80,23 +83,27 @@ func TestNode(t *testing.T) {
 		"down":    node("down", corev1.ConditionFalse, map[string]string{config.ZoneLabel: "a"}),
 	}
 	zone := []config.GroupLimit{{Label: config.ZoneLabel, Max: 1}}
+	const boot = "b00t1d00-0000-4000-8000-000000000001"
 	tests := []struct {
 		name   string
 		node   string
+		boot   string
 		groups []config.GroupLimit
 		level  Level
 		in     string
 	}{
-		{"ready, in a zone", "zoned", zone, OK, "zoned is Ready; topology.kubernetes.io/zone=a"},
-		{"no group rule", "unzoned", nil, OK, "unzoned is Ready"},
-		{"without the zone label", "unzoned", zone, Warn, "no label topology.kubernetes.io/zone (at most 1 at once): that group rule does not limit this node"},
-		{"not ready", "down", zone, Warn, "not Ready"},
-		{"missing", "ghost", zone, Fail, "there is no Node ghost"},
-		{"error", "broken", zone, Fail, "connection reset"},
+		{"ready, in a zone", "zoned", boot, zone, OK, "zoned is Ready; topology.kubernetes.io/zone=a"},
+		{"no group rule", "unzoned", boot, nil, OK, "unzoned is Ready"},
+		{"boot unknown", "unzoned", "", nil, OK, "unzoned is Ready"},
+		{"another boot", "zoned", "0dd0b007-0000-4000-8000-000000000002", zone, Warn, "the Node shows boot b00t1d00, this host is in boot 0dd0b007: the kubelet has not reported this boot yet, or this host is not zoned"},
+		{"without the zone label", "unzoned", boot, zone, Warn, "no label topology.kubernetes.io/zone (at most 1 at once): that group rule does not limit this node"},
+		{"not ready", "down", boot, zone, Warn, "not Ready"},
+		{"missing", "ghost", boot, zone, Fail, "there is no Node ghost"},
+		{"error", "broken", boot, zone, Fail, "connection reset"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := Node(context.Background(), nodes, tt.node, tt.groups)
+			f := Node(context.Background(), nodes, tt.node, tt.boot, tt.groups)
 			if f.Level != tt.level || !strings.Contains(f.Message, tt.in) {
 				t.Errorf("got %s; want level %s and %q", f, tt.level, tt.in)
 			}

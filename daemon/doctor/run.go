@@ -81,7 +81,8 @@ func cluster(ctx context.Context, o Options, report func(Finding)) {
 	report(f)
 	if asked {
 		if node != "" {
-			report(Node(ctx, api, node, c.Lock.Groups))
+			boot, _ := o.Root.BootID() // reported by the boot ID check
+			report(Node(ctx, api, node, boot, c.Lock.Groups))
 		}
 		for _, f := range Permissions(ctx, api, node) {
 			report(f)

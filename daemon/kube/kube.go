@@ -203,16 +203,24 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// NodeReady reports whether the Node's Ready condition is True.
-func NodeReady(ctx context.Context, client kubernetes.Interface, node string) (bool, error) {
+// NodeReadyIn reports whether the Node is Ready in the boot bootID, and if
+// not, why. The kubelet reports the boot ID and the Ready condition
+// together, so a Node still showing an older boot carries a Ready
+// condition from before the reboot: without graceful node shutdown it
+// stays True until the node controller's grace period runs out, long
+// after the reboot.
+func NodeReadyIn(ctx context.Context, client kubernetes.Interface, node, bootID string) (bool, string, error) {
 	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		return false, fmt.Errorf("read node %s: %w", node, err)
+		return false, "", fmt.Errorf("read node %s: %w", node, err)
+	}
+	if got := n.Status.NodeInfo.BootID; got != bootID {
+		return false, fmt.Sprintf("the kubelet has not reported this boot yet (the Node shows boot %.8s, this is %.8s)", got, bootID), nil
 	}
 	for _, c := range n.Status.Conditions {
-		if c.Type == "Ready" {
-			return c.Status == "True", nil
+		if c.Type == "Ready" && c.Status == "True" {
+			return true, "", nil
 		}
 	}
-	return false, nil
+	return false, "the node is not Ready yet", nil
 }

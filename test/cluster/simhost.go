@@ -47,6 +47,14 @@ type HostOptions struct {
 	// AutoReboot makes the host reboot when RebootCommand is run (default
 	// on; turn it off to leave reboot requests unanswered).
 	NoAutoReboot bool
+	// AbruptShutdown: the kubelet is killed at shutdown without marking
+	// the Node NotReady (no graceful node shutdown), so the Node still
+	// says Ready, with the old boot's ID, until the kubelet reports again.
+	AbruptShutdown bool
+	// KubeletDelay is how long after a reboot the kubelet stand-in waits
+	// before it reports the new boot (as a real one waiting for its
+	// container runtime); the host's services start without waiting.
+	KubeletDelay time.Duration
 }
 
 // SimHost is a simulated node: a root directory with the files a real node
@@ -415,15 +423,26 @@ func (h *SimHost) boot(ctx context.Context) error {
 	h.boots++
 	h.mu.Unlock()
 	k := &kubelet{h: h}
-	if err := k.register(ctx); err != nil {
-		h.bootStop()
-		return fmt.Errorf("host %s: kubelet: %w", h.Name, err)
+	if delay := h.opts.KubeletDelay; delay > 0 && h.boots > 1 {
+		h.bootWG.Go(func() {
+			select {
+			case <-bctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			if err := k.register(bctx); err != nil {
+				h.cp.logf("host %s: kubelet: %v", h.Name, err)
+				return
+			}
+			k.run(bctx)
+		})
+	} else {
+		if err := k.register(ctx); err != nil {
+			h.bootStop()
+			return fmt.Errorf("host %s: kubelet: %w", h.Name, err)
+		}
+		h.bootWG.Go(func() { k.run(bctx) })
 	}
-	h.bootWG.Add(1)
-	go func() {
-		defer h.bootWG.Done()
-		k.run(bctx)
-	}()
 	h.mu.Lock()
 	h.up = true
 	services := h.services
@@ -453,10 +472,10 @@ func (h *SimHost) halt() {
 }
 
 // Reboot simulates a reboot: the kubelet marks the Node NotReady (as with
-// graceful node shutdown), everything on the host stops, the host stays
+// graceful node shutdown; not with AbruptShutdown), everything on the host stops, the host stays
 // down for DownTime, comes back with a new boot ID and no sentinel (it
-// lives on tmpfs), the kubelet reports Ready with the new boot ID, and the
-// services start again.
+// lives on tmpfs), the kubelet reports Ready with the new boot ID (after
+// KubeletDelay) and the services start again.
 func (h *SimHost) Reboot(ctx context.Context) error {
 	h.mu.Lock()
 	if h.rebooting {
@@ -470,9 +489,11 @@ func (h *SimHost) Reboot(ctx context.Context) error {
 		h.rebooting = false
 		h.mu.Unlock()
 	}()
-	k := &kubelet{h: h}
-	if err := k.setReady(ctx, false, "KubeletNotReady", "node is shutting down for a reboot"); err != nil {
-		h.cp.logf("host %s: mark NotReady: %v", h.Name, err)
+	if !h.opts.AbruptShutdown {
+		k := &kubelet{h: h}
+		if err := k.setReady(ctx, false, "KubeletNotReady", "node is shutting down for a reboot"); err != nil {
+			h.cp.logf("host %s: mark NotReady: %v", h.Name, err)
+		}
 	}
 	h.halt()
 	select {

@@ -140,6 +140,51 @@ func TestCycle(t *testing.T) {
 	timeline(t, a, "cycle-1")
 }
 
+// TestSlowKubelet: a node without graceful node shutdown (its kubelet is
+// killed and does not report NotReady) whose kubelet reports the new boot
+// only 3 s after kured-host has started in it. The Node meanwhile still
+// says Ready, with the old boot's ID. kured-host must keep the node
+// cordoned and the slot held until the kubelet has reported the new boot
+// (the auditor's CheckReleases: no release while the Node shows the boot
+// the slot was taken in), and must not uncordon before either.
+func TestSlowKubelet(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	limits := claim.Limits{Concurrency: 1}
+	n := startNode(t, ctx, nodeSpec{name: "slow-kubelet", abrupt: true, kubeletDelay: 3 * time.Second})
+	a, err := cp.StartAuditor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	a.Scope = func(name string) bool { return name == n.h.Name }
+	oldBoot := n.h.BootID()
+	if err := n.h.SetRebootRequired(true); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, ctx, n)
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Check(limits); err != nil {
+		t.Error(err)
+	}
+	// While the Node showed the old boot after the reboot (the stale
+	// Ready), it stayed cordoned.
+	rebooted := false
+	for _, s := range a.History() {
+		if s.Claim.Phase == claim.PhaseRebooting {
+			rebooted = true
+		}
+		if rebooted && s.BootID == oldBoot && !s.Unschedulable {
+			t.Errorf("rv %d: uncordoned while the Node still showed the old boot %.8s", s.RV, oldBoot)
+		}
+	}
+	if !strings.Contains(n.logs(), "the kubelet has not reported this boot yet") {
+		t.Errorf("the log does not say why the slot was kept:\n%s", tail(n.logs(), 3000))
+	}
+	timeline(t, a, n.h.Name)
+}
+
 // timeline logs one host's cycle from the auditor's record.
 func timeline(t *testing.T, a *cluster.Auditor, name string) {
 	var start time.Time

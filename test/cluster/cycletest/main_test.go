@@ -69,6 +69,10 @@ type nodeSpec struct {
 	logind bool
 	down   time.Duration
 	stop   time.Duration // PodStopDelay
+	// abrupt and kubeletDelay: see cluster.HostOptions' AbruptShutdown and
+	// KubeletDelay.
+	abrupt       bool
+	kubeletDelay time.Duration
 }
 
 // baseConfig is every test node's configuration: the defaults with a short
@@ -90,7 +94,8 @@ func startNode(t *testing.T, ctx context.Context, s nodeSpec) *node {
 	if s.down == 0 {
 		s.down = 300 * time.Millisecond
 	}
-	h, err := cp.AddHost(ctx, cluster.HostOptions{Name: s.name, Labels: labels, DownTime: s.down, PodStopDelay: s.stop})
+	h, err := cp.AddHost(ctx, cluster.HostOptions{Name: s.name, Labels: labels, DownTime: s.down, PodStopDelay: s.stop,
+		AbruptShutdown: s.abrupt, KubeletDelay: s.kubeletDelay})
 	if err != nil {
 		t.Fatal(err)
 	}
