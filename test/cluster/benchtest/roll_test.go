@@ -1,19 +1,14 @@
 package benchtest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"runtime"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -53,8 +48,9 @@ func (c rollCase) GroupMax() int { return (c.K + c.Zones - 1) / c.Zones }
 
 func (c rollCase) zone(i int) string { return fmt.Sprintf("zone-%c", 'a'+i%c.Zones) }
 
-// Rounds is the fewest rounds of T any schedule needs: ⌈N/k⌉, or more if
-// a zone's nodes need more at GroupMax per round.
+// Rounds is a lower bound on the rounds of T any schedule needs: ⌈N/k⌉,
+// or more if a zone's nodes need more at GroupMax per round (reached in
+// these cases, where the zones differ by one node at most).
 func (c rollCase) Rounds() int {
 	r := (c.Nodes + c.K - 1) / c.K
 	for z := range c.Zones {
@@ -187,19 +183,31 @@ func roll(tb testing.TB, c rollCase, strategy string) result {
 		tb.Fatalf("no strategy %q", strategy)
 	}
 	defer w.stop()
-	// Every daemon running and settled, as long before a kernel update:
-	// the kured-style pollers on their regular ticks.
+	settle(tb, ctx, f, c, strategy)
+	return rollOnce(tb, ctx, f, w, c, strategy, budget, memBefore)
+}
+
+// settle waits until every daemon runs and has settled, as long before a
+// kernel update: the kured-style pollers on their regular ticks.
+func settle(tb testing.TB, ctx context.Context, f *fleet, c rollCase, strategy string) {
+	tb.Helper()
 	if !waitFor(tb, ctx, f, func() bool { return f.started.Load() >= int64(len(f.hosts)) }) {
 		tb.Fatalf("daemons not started: %s", where(f.hosts))
 	}
-	settle := 200 * time.Millisecond
+	d := 200 * time.Millisecond
 	if strategy == kuredStyle {
-		settle = c.Period*3/2 + 100*time.Millisecond
+		d = c.Period*3/2 + 100*time.Millisecond
 	}
-	if err := sleep(ctx, settle); err != nil {
+	if err := sleep(ctx, d); err != nil {
 		tb.Fatal(err)
 	}
+}
 
+// rollOnce sets every sentinel, waits for the roll (at most budget) and
+// measures it.
+func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollCase, strategy string,
+	budget time.Duration, memBefore memStats) result {
+	tb.Helper()
 	sampler := startMemSampler()
 	cpuBefore := cpuTime()
 	watchBefore := f.meter.snapshot()
@@ -216,7 +224,6 @@ func roll(tb testing.TB, c rollCase, strategy string) result {
 	if err := w.check(); err != nil {
 		tb.Fatal(err)
 	}
-
 	end := start
 	for _, s := range slots {
 		end = later(end, s.released)
@@ -526,93 +533,6 @@ func removeHosts(hosts []*cluster.SimHost) {
 	}
 	close(next)
 	wg.Wait()
-}
-
-// memStats is the test process's memory: resident now, its high-water
-// mark (VmHWM) and the Go heap in use, in bytes.
-type memStats struct{ rss, hwm, heap uint64 }
-
-func mb(b uint64) float64 { return float64(b) / (1 << 20) }
-
-func readMem() memStats {
-	var m memStats
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return m
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		k, v, ok := strings.Cut(s.Text(), ":")
-		if !ok {
-			continue
-		}
-		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "VmRSS":
-			m.rss = kb << 10
-		case "VmHWM":
-			m.hwm = kb << 10
-		}
-	}
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	m.heap = ms.HeapInuse
-	return m
-}
-
-// memSampler keeps the peaks of memStats, sampled every 250 ms.
-type memSampler struct {
-	mu   sync.Mutex
-	peak memStats
-	done chan struct{}
-	wg   sync.WaitGroup
-}
-
-func startMemSampler() *memSampler {
-	s := &memSampler{done: make(chan struct{})}
-	s.sample()
-	s.wg.Go(func() {
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.done:
-				return
-			case <-t.C:
-				s.sample()
-			}
-		}
-	})
-	return s
-}
-
-func (s *memSampler) sample() {
-	m := readMem()
-	s.mu.Lock()
-	s.peak = memStats{rss: max(s.peak.rss, m.rss), hwm: max(s.peak.hwm, m.hwm), heap: max(s.peak.heap, m.heap)}
-	s.mu.Unlock()
-}
-
-func (s *memSampler) stop() memStats {
-	close(s.done)
-	s.wg.Wait()
-	s.sample()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.peak
-}
-
-// cpuTime is the CPU time the process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // timeline prints each slot, taken and given back, from the start

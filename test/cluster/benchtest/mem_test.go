@@ -1,0 +1,99 @@
+package benchtest
+
+import (
+	"bufio"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// memStats is the test process's memory: resident now, its high-water
+// mark (VmHWM) and the Go heap in use, in bytes.
+type memStats struct{ rss, hwm, heap uint64 }
+
+func mb(b uint64) float64 { return float64(b) / (1 << 20) }
+
+func readMem() memStats {
+	var m memStats
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return m
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		k, v, ok := strings.Cut(s.Text(), ":")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "VmRSS":
+			m.rss = kb << 10
+		case "VmHWM":
+			m.hwm = kb << 10
+		}
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.heap = ms.HeapInuse
+	return m
+}
+
+// memSampler keeps the peaks of memStats, sampled every 250 ms.
+type memSampler struct {
+	mu   sync.Mutex
+	peak memStats
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func startMemSampler() *memSampler {
+	s := &memSampler{done: make(chan struct{})}
+	s.sample()
+	s.wg.Go(func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+				s.sample()
+			}
+		}
+	})
+	return s
+}
+
+func (s *memSampler) sample() {
+	m := readMem()
+	s.mu.Lock()
+	s.peak = memStats{rss: max(s.peak.rss, m.rss), hwm: max(s.peak.hwm, m.hwm), heap: max(s.peak.heap, m.heap)}
+	s.mu.Unlock()
+}
+
+func (s *memSampler) stop() memStats {
+	close(s.done)
+	s.wg.Wait()
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
+
+// cpuTime is the CPU time the process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
