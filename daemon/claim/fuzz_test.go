@@ -100,6 +100,13 @@ func FuzzRules(f *testing.F) {
 		if msg := unsafe(as, now, 0); msg != "" {
 			t.Fatalf("eligibility admitted an unsafe set %v: %s", q.Admitted, msg)
 		}
+		for _, w := range q.Waiting {
+			u := EligibilityUpTo(snap, now, 0, nil, w)
+			if u.Eligible(w) != q.Eligible(w) || u.Blocked[w] != q.Blocked[w] || u.Skipped[w] != q.Skipped[w] || u.Position(w) != q.Position(w) {
+				t.Fatalf("up to %s: eligible %v blocked %q skipped %q at %d; the whole queue: %v %q %q at %d",
+					w, u.Eligible(w), u.Blocked[w], u.Skipped[w], u.Position(w), q.Eligible(w), q.Blocked[w], q.Skipped[w], q.Position(w))
+			}
+		}
 		for i, self := range snap {
 			if self.Claim.State != Entering || self.Err != nil {
 				continue

@@ -216,6 +216,16 @@ type Queue struct {
 // without announcing); waiting nodes that are not Ready are passed over
 // too, and unreadable waiting claims are ignored.
 func Eligibility(snap []Participant, now time.Time, ttl time.Duration, skip func(name string) bool) Queue {
+	return EligibilityUpTo(snap, now, ttl, skip, "")
+}
+
+// EligibilityUpTo is Eligibility deciding only the waiting nodes up to
+// and including last (all of them if last is "" or not waiting): a node
+// is decided from the nodes ahead of it alone, so the queue up to last is
+// the same, and a waiting daemon, which needs only its own place, does
+// not work through the whole queue behind it on every change. Waiting
+// still lists every waiting claim.
+func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip func(name string) bool, last string) Queue {
 	q := Queue{Blocked: map[string]string{}, Skipped: map[string]string{}}
 	var admitted, waiting []Participant
 	for _, p := range snap {
@@ -231,8 +241,13 @@ func Eligibility(snap []Participant, now time.Time, ttl time.Duration, skip func
 	for _, p := range admitted {
 		q.Admitted = append(q.Admitted, p.Name)
 	}
+	decided := false
 	for _, w := range waiting {
 		q.Waiting = append(q.Waiting, w.Name)
+		if decided {
+			continue
+		}
+		decided = w.Name == last
 		switch {
 		case !w.Ready:
 			q.Skipped[w.Name] = "the node is not Ready"

@@ -90,6 +90,7 @@ type Lock struct {
 	// failures counts writes in a row that failed other than by a
 	// conflict, for back-off.
 	failures int
+	claims   claimCache
 }
 
 // ownClaim is the node's claim as this daemon last read or wrote it.
@@ -497,7 +498,7 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 			nodes = append(nodes, &list.Items[i])
 		}
 	}
-	ps := Participants(nodes)
+	ps := l.claims.participants(nodes)
 	cur := l.current()
 	ps = slices.DeleteFunc(ps, func(p claim.Participant) bool { return p.Name == l.o.Node })
 	if cur.state != "" {
@@ -510,15 +511,47 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 // for each Node with a claim label or annotation (what cannot be read is
 // kept, with Err set); Nodes without a claim are left out.
 func Participants(nodes []*corev1.Node) []claim.Participant {
+	var none claimCache
+	return none.participants(nodes)
+}
+
+// claimCache keeps each node's claim as last parsed, with the label and
+// annotation it was parsed from. A waiting daemon near the front reads the
+// whole queue on every change to it; parsing every claim every time was
+// most of its CPU in a queue of hundreds. The claims it returns share
+// their maps and slices between calls: the rules only read them.
+type claimCache struct {
+	mu     sync.Mutex
+	parsed map[string]parsedClaim // node name -> its last parse
+}
+
+type parsedClaim struct {
+	label, annotation string
+	claim             claim.Claim
+	err               error
+}
+
+func (cc *claimCache) participants(nodes []*corev1.Node) []claim.Participant {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	// Rebuilt from the nodes each time, so that a node gone from the
+	// queue is forgotten.
+	next := make(map[string]parsedClaim, len(nodes))
 	ps := make([]claim.Participant, 0, len(nodes))
 	for _, n := range nodes {
 		lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]
 		if lv == "" && ann == "" {
 			continue
 		}
-		c, err := claim.Parse(lv, ann)
-		ps = append(ps, claim.Participant{Name: n.Name, Labels: n.Labels, Ready: nodeReady(n), Claim: c, Err: err})
+		p, ok := cc.parsed[n.Name]
+		if !ok || p.label != lv || p.annotation != ann {
+			p = parsedClaim{label: lv, annotation: ann}
+			p.claim, p.err = claim.Parse(lv, ann)
+		}
+		next[n.Name] = p
+		ps = append(ps, claim.Participant{Name: n.Name, Labels: n.Labels, Ready: nodeReady(n), Claim: p.claim, Err: p.err})
 	}
+	cc.parsed = next
 	return ps
 }
 
@@ -544,7 +577,7 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 			return err
 		}
 		now := l.o.Now()
-		q := claim.Eligibility(snap, now, l.o.TTL, l.silent(now))
+		q := claim.EligibilityUpTo(snap, now, l.o.TTL, l.silent(now), l.o.Node)
 		l.noteEligible(q, now)
 		l.raiseAlarms(ctx, snap, now)
 		if q.Eligible(l.o.Node) {
@@ -792,7 +825,7 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	l.mu.Lock()
 	l.own.rv = self.ResourceVersion
 	l.mu.Unlock()
-	ps := Participants(nodes)
+	ps := l.claims.participants(nodes)
 	var me claim.Participant
 	for _, p := range ps {
 		if p.Name == l.o.Node {

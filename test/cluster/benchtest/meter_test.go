@@ -30,12 +30,13 @@ func (s meterSnapshot) sub(o meterSnapshot) meterSnapshot {
 }
 
 // client returns a client for cfg that sends userAgent (the audit log is
-// filtered by it) and counts its watch traffic in m.
-func (m *meter) client(cfg *rest.Config, userAgent string) (kubernetes.Interface, error) {
+// filtered by it) and counts its watch traffic in m. tune applies a
+// strategy's client settings (kube.Tune for kured-host's, client-go's
+// defaults with kured's rate limit for the baseline).
+func (m *meter) client(cfg *rest.Config, userAgent string, tune func(*rest.Config)) (kubernetes.Interface, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = userAgent
-	// As the daemon's own client (daemon/kube.Config).
-	cfg.QPS, cfg.Burst = 20, 40
+	tune(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return meterTransport{rt, m} })
 	return kubernetes.NewForConfig(cfg)
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/kube"
 	"github.com/kured-host/kured-host/test/cluster"
 )
 
@@ -289,7 +290,7 @@ func startSlotLock(tb testing.TB, ctx context.Context, f *fleet, c rollCase) slo
 	a.Scope = func(n string) bool { return names[n] }
 	limits := claim.Limits{Concurrency: c.K, Groups: []claim.GroupLimit{{Label: zoneLabel, Max: c.GroupMax()}}}
 	for _, h := range f.hosts {
-		client, err := f.meter.client(h.Config, userAgent(slotLock))
+		client, err := f.meter.client(h.Config, userAgent(slotLock), kube.Tune)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -474,7 +475,10 @@ func kuredClient(m *meter, node string) (kubernetes.Interface, error) {
 		return nil, err
 	}
 	return m.client(&rest.Config{Host: cp.Server,
-		TLSClientConfig: rest.TLSClientConfig{CAData: cp.ServerCA, CertData: certPEM, KeyData: keyPEM}}, userAgent(kuredStyle))
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.ServerCA, CertData: certPEM, KeyData: keyPEM}}, userAgent(kuredStyle),
+		// JSON, client-go's default, as kured's client; the same rate
+		// limit as kured-host's, so that only the strategy differs.
+		func(c *rest.Config) { c.QPS, c.Burst = 20, 40 })
 }
 
 // addHosts adds c.Nodes hosts, a few at a time, spread over the zones.
