@@ -14,7 +14,7 @@ SHELL_FILES := packaging/version.sh packaging/deb/postinst packaging/deb/prerm p
 export CGO_ENABLED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help demo build test unit fuzz lint package test-packages test-integration test-vm model-full bench-lock bench tools clean
+.PHONY: help demo build test unit fuzz lint package test-packages test-integration test-vm model-full bench-lock bench bench-idle tools clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -83,6 +83,9 @@ BENCH ?= Roll
 bench: ## roll 10 to 500 nodes against the ideal and a kured-style baseline: one table, JSON in results/ (about 25 min)
 	cd test/cluster && BENCH_RESULTS=$(abspath results) CGO_ENABLED=1 \
 	  $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 60m ./benchtest/
+
+bench-idle: ## the real binary idle for a minute: requests, RSS, CPU, binary size (IDLE_FOR=5m)
+	cd test/cluster && CGO_ENABLED=1 $(GO) test -run '^$$' -bench IdleDaemon -benchtime 1x -v ./footprint/
 
 package: ## build dist/*.deb and dist/*.rpm for amd64 and arm64
 	@rm -f $(DIST)/*.deb $(DIST)/*.rpm

@@ -84,11 +84,13 @@ mmdebstrap --variant=minbase --mode=root \
 	"deb $security bookworm-security main" >&2
 
 # The guest's own files (test/vm/guest), its services, no timers that
-# would try to reach the network, no trace of the build.
+# would try to reach the network, no login prompts (nobody logs in; the
+# serial console is the test's log), no trace of the build.
 cp -a "$here/guest/." "$root/"
 chroot "$root" systemctl enable systemd-networkd.service kubelet.service \
 	kured-host-vm-agent.service kured-host-vm-boot.service
-chroot "$root" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer
+chroot "$root" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer \
+	getty@tty1.service serial-getty@ttyS0.service
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/log/*.log \
 	"$root/etc/resolv.conf" "$root/etc/dpkg/dpkg.cfg.d/99mmdebstrap" "$root/etc/apt/apt.conf.d/99mmdebstrap"
 

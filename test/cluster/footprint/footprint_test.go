@@ -64,11 +64,43 @@ func BenchmarkIdleDaemon(b *testing.B) {
 		idle = d
 	}
 	for b.Loop() {
-		idleDaemon(b, idle)
+		r := idleDaemon(b, idle)
+		b.ReportMetric(float64(r.startup), "startup-requests")
+		b.ReportMetric(float64(r.idle), "idle-requests")
+		b.ReportMetric(r.rss/1024, "rss-MiB")
+		b.ReportMetric(r.hwm/1024, "peak-rss-MiB")
+		b.ReportMetric(r.anon/1024, "rss-anon-MiB")
+		b.ReportMetric(r.file/1024, "rss-file-MiB")
+		b.ReportMetric(r.cpu.Seconds()*1000, "idle-cpu-ms")
+		b.ReportMetric(r.binary/(1<<20), "binary-MiB")
 	}
 }
 
-func idleDaemon(b *testing.B, idle time.Duration) {
+// TestIdleMakesNoRequests: the promise behind the footprint, checked in
+// make test: once started, a daemon with nothing to do makes no request at
+// all (no polling; the sentinel is watched with inotify), and its start-up
+// makes only a handful (who am I, the access checks, its own Node).
+func TestIdleMakesNoRequests(t *testing.T) {
+	r := idleDaemon(t, 20*time.Second)
+	if r.idle != 0 {
+		t.Errorf("%d requests while idle, want none", r.idle)
+	}
+	if r.startup > 8 {
+		t.Errorf("%d requests at start-up, want at most 8", r.startup)
+	}
+}
+
+// idleResult is what an idle daemon cost: requests at start-up and while
+// idle, memory (kB), CPU time while idle, binary size (bytes).
+type idleResult struct {
+	startup, idle        int
+	rss, hwm, anon, file float64
+	cpu                  time.Duration
+	binary               float64
+}
+
+func idleDaemon(b testing.TB, idle time.Duration) idleResult {
+	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), idle+2*time.Minute)
 	defer cancel()
 	audit, err := cp.AuditLog()
@@ -123,24 +155,18 @@ func idleDaemon(b *testing.B, idle time.Duration) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(float64(len(startup)), "startup-requests")
-	b.ReportMetric(float64(len(idleRequests)), "idle-requests")
-	b.ReportMetric(rss/1024, "rss-MiB")
-	b.ReportMetric(hwm/1024, "peak-rss-MiB")
-	b.ReportMetric(anon/1024, "rss-anon-MiB")
-	b.ReportMetric(file/1024, "rss-file-MiB")
-	b.ReportMetric((cpu1-cpu0).Seconds()*1000, "idle-cpu-ms")
-	b.ReportMetric(float64(st.Size())/(1<<20), "binary-MiB")
 	b.Logf("start-up requests by verb/resource: %v", startup.Count(func(r cluster.Request) string { return r.Verb + " " + r.Resource + r.Subresource }))
 	if len(idleRequests) > 0 {
 		b.Logf("requests while idle: %v", idleRequests.Count(func(r cluster.Request) string { return r.Verb + " " + r.Resource }))
 	}
 	b.Logf("idle %s: %d requests, RSS %.1f MiB (peak %.1f MiB), CPU %s, binary %.1f MiB",
 		idle, len(idleRequests), rss/1024, hwm/1024, (cpu1 - cpu0).Round(time.Millisecond), float64(st.Size())/(1<<20))
+	return idleResult{startup: len(startup), idle: len(idleRequests), rss: rss, hwm: hwm, anon: anon, file: file,
+		cpu: cpu1 - cpu0, binary: float64(st.Size())}
 }
 
 // memory reads a kB field of /proc/PID/status.
-func memory(b *testing.B, pid int, field string) float64 {
+func memory(b testing.TB, pid int, field string) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
@@ -159,7 +185,7 @@ func memory(b *testing.B, pid int, field string) float64 {
 }
 
 // cpuTime is the user and system time of a process (/proc/PID/stat).
-func cpuTime(b *testing.B, pid int) time.Duration {
+func cpuTime(b testing.TB, pid int) time.Duration {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		b.Fatal(err)

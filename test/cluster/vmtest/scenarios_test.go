@@ -450,3 +450,56 @@ func TestUpgradeAndRemove(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowKubelet: a node without graceful node shutdown (its kubelet is
+// killed at shutdown and does not report NotReady) whose kubelet takes 30
+// seconds after it starts to report the new boot, as a real one that
+// waits for its container runtime: the Node still says Ready, with the old
+// boot's ID, when kured-host starts on the new boot. The slot must not be
+// released before the kubelet has reported the new boot (the auditor's
+// CheckReleases: a release while the Node shows the boot the slot was
+// taken in).
+func TestSlowKubelet(t *testing.T) {
+	ctx := scenario(t, 5*time.Minute)
+	v := startVM(t, ctx, "vm-slow-kubelet")
+	install(ctx, v)
+	dropIn(ctx, v, "50-vmtest.toml", fastRecheck)
+	enable(ctx, v)
+	v.Must(ctx, `mkdir -p /etc/systemd/system/kubelet.service.d && cat >/etc/systemd/system/kubelet.service.d/50-slow.conf <<'EOF'
+[Service]
+KillSignal=SIGKILL
+ExecStart=
+ExecStart=/bin/sh -c 'sleep 30; exec /mnt/share/bin/kured-host-vm-guest kubelet --kubeconfig /etc/kubernetes/kubelet.conf'
+EOF
+systemctl daemon-reload`)
+	a, err := env.cp.StartAuditor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	a.Scope = func(n string) bool { return n == v.Name }
+	oldBoot := v.WaitUp(ctx, "")
+	v.Must(ctx, "touch /run/reboot-required")
+	v.waitFor(ctx, "the VM to reboot", func() bool { return v.Boots() >= 2 })
+	v.WaitUp(ctx, oldBoot)
+	waitFor(t, ctx, "the VM's slot released", func() bool {
+		st, _, unsched := claimOf(t, ctx, v.Name)
+		return st == "" && !unsched
+	})
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Check(limits); err != nil {
+		t.Error(err)
+		for _, s := range a.History() {
+			if s.Node == v.Name {
+				t.Logf("rv %d %s claim=%q phase=%q unschedulable=%v ready=%v boot=%.8s", s.RV, s.Seen.Format("15:04:05.000"), s.ClaimLabel, s.Claim.Phase, s.Unschedulable, s.Ready, s.BootID)
+			}
+		}
+	}
+	if out := v.Must(ctx, "journalctl -b -u kured-host --no-pager -o cat | grep -m1 'has not reported this boot yet' || true"); out != "" {
+		t.Logf("kured-host in the new boot: %s", strings.TrimSpace(out))
+	} else {
+		t.Errorf("kured-host did not say it waited for the kubelet to report the new boot")
+	}
+}
