@@ -789,7 +789,11 @@ func Plan(c config.Config) []string {
 		reboot = fmt.Sprintf("with %q", strings.Join(c.Reboot.Command, " "))
 	}
 	add("%s, then reboot %s", drain, reboot)
-	add("after the reboot: wait for Ready, uncordon, hold the slot %s more, release", c.Lock.ReleaseDelay)
+	health := ""
+	if len(c.Health.Command) > 0 {
+		health = fmt.Sprintf(" and %q to pass", strings.Join(c.Health.Command, " "))
+	}
+	add("after the reboot: wait for the kubelet to report this boot Ready%s, uncordon, hold the slot %s more, release", health, c.Lock.ReleaseDelay)
 	return lines
 }
 

@@ -220,10 +220,12 @@ func Snapshot(nodes []corev1.Node, local Local, now time.Time) Report {
 	}
 	s := &snap{ps: lock.Participants(ptrs), local: local, own: lock.LimitsFrom(local.Lock), now: now, ttl: local.Lock.TTL.Std()}
 	s.labels = s.groupLabels()
-	slices.SortFunc(s.ps, func(a, b claim.Participant) int {
-		return cmp.Or(cmp.Compare(rank(a), rank(b)), claim.QueueOrder(a, b))
-	})
 	q := claim.Eligibility(s.ps, now, s.ttl, nil)
+	// Waiting nodes in the queue's order (which spreads the nodes that
+	// joined in the same minute over their groups), the others by since.
+	slices.SortFunc(s.ps, func(a, b claim.Participant) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(q.Position(a.Name), q.Position(b.Name)), claim.QueueOrder(a, b))
+	})
 	r := Report{
 		Schema: SchemaVersion, Time: now, Self: local.Self, Config: configInfo(local),
 		NodesTotal: len(nodes), GroupLabels: s.labels, Nodes: []Node{},
