@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	"github.com/kured-host/kured-host/daemon/block"
 	"github.com/kured-host/kured-host/daemon/config"
@@ -52,6 +53,10 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client for %s: %w", path, err)
 	}
+	meta, err := metadata.NewForConfig(rest)
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", path, err)
+	}
 	node := cfg.Kubernetes.NodeName
 	if node == "" {
 		if node, err = kube.NodeName(ctx, client); err != nil {
@@ -70,7 +75,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 	}
 	logind := &host.BusLogind{Address: s.BusAddress}
 	l := lock.New(lock.Options{
-		Client: client, Node: node, Limits: lock.LimitsFrom(cfg.Lock),
+		Client: client, Metadata: meta, Node: node, Limits: lock.LimitsFrom(cfg.Lock),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		ServerNow: clock.Now, BootID: s.Root.BootID, Log: log,

@@ -56,79 +56,6 @@ func byQueueOrder(a, b Participant) int {
 	return cmp.Or(a.Claim.Since.Compare(b.Claim.Since), strings.Compare(a.Name, b.Name))
 }
 
-// waitingOrder puts the waiting claims in queue order: by the minute
-// they joined (server time), and within one minute spread over their
-// groups: each next place goes to the group with the most claims of that
-// minute still to place, earliest first (within a group, and between
-// groups as large). In a mass reboot, where every node joins within
-// seconds, the queue then goes through the zones evenly, instead of
-// leaving one zone's surplus for last, where its group limit lets only a
-// few go at once and the other slots stay idle; and a node never goes
-// after one that joined in a later minute. The order depends on the
-// snapshot alone, so every node computes the same queue.
-func waitingOrder(ws []Participant) []Participant {
-	slices.SortFunc(ws, func(a, b Participant) int {
-		return cmp.Or(a.Claim.Since.Truncate(time.Minute).Compare(b.Claim.Since.Truncate(time.Minute)), byQueueOrder(a, b))
-	})
-	out := make([]Participant, 0, len(ws))
-	for len(ws) > 0 {
-		minute := ws[0].Claim.Since.Truncate(time.Minute)
-		n := 1
-		for n < len(ws) && ws[n].Claim.Since.Truncate(time.Minute).Equal(minute) {
-			n++
-		}
-		out = append(out, spread(ws[:n])...)
-		ws = ws[n:]
-	}
-	return out
-}
-
-// spread interleaves ws (in queue order) over their groups, the group
-// with the most left first, earliest head first among equals.
-func spread(ws []Participant) []Participant {
-	var keys []string
-	groups := map[string][]Participant{}
-	for _, w := range ws {
-		k := groupKey(w)
-		if _, ok := groups[k]; !ok {
-			keys = append(keys, k)
-		}
-		groups[k] = append(groups[k], w)
-	}
-	if len(keys) < 2 {
-		return ws
-	}
-	out := make([]Participant, 0, len(ws))
-	for len(out) < len(ws) {
-		best := ""
-		for _, k := range keys {
-			g := groups[k]
-			if len(g) == 0 {
-				continue
-			}
-			if b := groups[best]; best == "" || len(g) > len(b) || len(g) == len(b) && byQueueOrder(g[0], b[0]) < 0 {
-				best = k
-			}
-		}
-		out = append(out, groups[best][0])
-		groups[best] = groups[best][1:]
-	}
-	return out
-}
-
-// groupKey names the groups of a waiting claim: its values of the group
-// labels its claim publishes rules for.
-func groupKey(p Participant) string {
-	kv := make([]string, 0, len(p.Claim.Limits.Groups))
-	for _, g := range p.Claim.Limits.Groups {
-		if vs := p.values(g.Label); len(vs) > 0 {
-			kv = append(kv, g.Label+"="+vs[0])
-		}
-	}
-	slices.Sort(kv)
-	return "\x00" + strings.Join(kv, ",")
-}
-
 // domain is where a limit applies: the whole cluster (label "") or the nodes
 // sharing a value of a group label.
 type domain struct{ label, value string }
@@ -310,7 +237,7 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 		}
 	}
 	slices.SortFunc(admitted, byQueueOrder)
-	waiting = waitingOrder(waiting)
+	slices.SortFunc(waiting, byQueueOrder)
 	for _, p := range admitted {
 		q.Admitted = append(q.Admitted, p.Name)
 	}

@@ -167,50 +167,6 @@ func TestEligibility(t *testing.T) {
 	}
 }
 
-// TestWaitingOrder: within the minute they joined, waiting nodes are
-// spread over their zones, the zone with the most left first; a node
-// never goes after one that joined in a later minute; without groups the
-// order is by since, then name.
-func TestWaitingOrder(t *testing.T) {
-	type w struct {
-		name string
-		zone string
-		ms   int // since, in milliseconds from t0
-	}
-	tests := []struct {
-		name  string
-		nodes []w
-		want  []string
-	}{
-		{"a mass reboot: zones spread, the largest first",
-			[]w{{"a1", "a", 1}, {"a2", "a", 2}, {"a3", "a", 3}, {"a4", "a", 4}, {"b1", "b", 5}, {"b2", "b", 6}, {"b3", "b", 7}, {"b4", "b", 8}, {"c1", "c", 9}, {"c2", "c", 10}},
-			[]string{"a1", "b1", "a2", "b2", "a3", "b3", "c1", "a4", "b4", "c2"}},
-		{"an earlier minute goes first, whatever its zone",
-			[]w{{"a1", "a", 59_000}, {"a2", "a", 59_500}, {"b1", "b", 60_100}, {"a3", "a", 60_200}, {"b2", "b", 60_300}},
-			[]string{"a1", "a2", "b1", "a3", "b2"}},
-		{"no groups: since, then name",
-			[]w{{"n2", "", 5}, {"n1", "", 5}, {"n0", "", 9}},
-			[]string{"n1", "n2", "n0"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var snap []Participant
-			for _, n := range tt.nodes {
-				zoneMax := 2
-				if n.zone == "" {
-					zoneMax = 0
-				}
-				p := node(n.name, Waiting, n.zone, 0, 5, zoneMax)
-				p.Claim.Since = t0.Add(time.Duration(n.ms) * time.Millisecond)
-				snap = append(snap, p)
-			}
-			if got := Eligibility(snap, t0, 0, nil).Waiting; !slices.Equal(got, tt.want) {
-				t.Errorf("queue %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestAlarms(t *testing.T) {
 	acquired := t0.Add(-90 * time.Minute)
 	old := node("old", Holding, "a", 0, 1, 0)

@@ -18,9 +18,8 @@ func (p Participant) Active(now time.Time, ttl time.Duration) bool { return p.ac
 // does not limit it.
 func (p Participant) Values(label string) []string { return p.values(label) }
 
-// QueueOrder compares participants by when they joined: earlier `since`
-// first, then the name. It is the order of the active claims; the waiting
-// ones are in Queue.Waiting's order.
+// QueueOrder compares participants in queue order: earlier `since` first,
+// then the name.
 func QueueOrder(a, b Participant) int { return byQueueOrder(a, b) }
 
 // Strictest is the smallest limit that any of ls sets for the rule of

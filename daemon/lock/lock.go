@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kured-host/kured-host/daemon/claim"
@@ -45,6 +47,10 @@ var (
 // Options configure a Lock.
 type Options struct {
 	Client kubernetes.Interface // the node's own credentials
+	// Metadata, with the same credentials, reads the queue from far back
+	// as object metadata only (labels and annotations hold the claims),
+	// without the Nodes' status; nil reads whole Nodes.
+	Metadata metadata.Interface
 	Node   string
 	// Limits is this node's configuration: concurrency and group rules.
 	Limits claim.Limits
@@ -173,9 +179,23 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 			return nodes.Watch(ctx, o)
 		},
 	}, &corev1.Node{}, 0, cache.Indexers{})
+	if err := inf.SetTransform(slim); err != nil {
+		cancel()
+		return fmt.Errorf("watch claimed nodes: %w", err)
+	}
 	notify := func(any) { l.poke() }
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: notify, UpdateFunc: func(_, n any) { notify(n) }, DeleteFunc: notify,
+		AddFunc: notify, DeleteFunc: notify,
+		UpdateFunc: func(o, n any) {
+			// The kubelet's status reports change nothing the queue
+			// reads: wake only for a claim or readiness that changed.
+			if on, ok := o.(*corev1.Node); ok {
+				if nn, ok := n.(*corev1.Node); ok && sameForQueue(on, nn) {
+					return
+				}
+			}
+			notify(n)
+		},
 	}); err != nil {
 		cancel()
 		return fmt.Errorf("watch claimed nodes: %w", err)
@@ -207,6 +227,30 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 	l.watch = &nodeWatch{lister: corelisters.NewNodeLister(inf.GetIndexer()), stop: stop}
 	l.log.Debug("watching the claimed nodes")
 	return nil
+}
+
+// slim keeps of a watched Node what the queue reads (name, labels,
+// annotations, the Ready condition): a real Node's status (its images,
+// above all) and managed fields would take most of the cache.
+func slim(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{ObjectMeta: *n.ObjectMeta.DeepCopy()}
+	out.ManagedFields = nil
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return out, nil
+}
+
+func sameForQueue(a, b *corev1.Node) bool {
+	return a.Labels[claim.Label] == b.Labels[claim.Label] &&
+		a.Annotations[claim.Annotation] == b.Annotations[claim.Annotation] &&
+		nodeReady(a) == nodeReady(b) && maps.Equal(a.Labels, b.Labels)
 }
 
 // stopWatch ends the watch, if any.
@@ -489,6 +533,21 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 		if nodes, err = w.lister.List(labels.Everything()); err != nil {
 			return nil, err
 		}
+	} else if l.o.Metadata != nil {
+		// Far back: metadata only, from the API server's cache. Without
+		// the status, every node counts as Ready: a NotReady node ahead is
+		// not passed over here, which only makes this node wait for the
+		// window, where the watch sees it.
+		list, err := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List(ctx,
+			metav1.ListOptions{LabelSelector: claim.Label, ResourceVersion: "0"})
+		if err != nil {
+			return nil, fmt.Errorf("list claimed nodes: %w", err)
+		}
+		for i := range list.Items {
+			nodes = append(nodes, &corev1.Node{ObjectMeta: list.Items[i].ObjectMeta, Status: corev1.NodeStatus{
+				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			}})
+		}
 	} else {
 		list, err := l.o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: claim.Label, ResourceVersion: "0"})
 		if err != nil {
@@ -625,11 +684,12 @@ const minWindow = 16
 // farPace spaces the reads of a node further back than the window: a
 // quarter of the time until it reaches the window at the fastest pace the
 // queue has moved between two of its reads (a queue slowed by a busy start
-// speeds up later; waking early costs a read, waking late idles a slot);
-// while the queue has not been seen to move, doubling from 2 s up to a
-// minute. Between 1 s and 30 min. A node so paced makes a handful of reads
-// per wait, so the reads of a whole queue grow about linearly with its
-// length, where polling at a fixed rate would grow with its square.
+// speeds up later, and a pace measured across the start is slow: waking
+// early costs a read, waking late idles a slot); while the queue has not
+// been seen to move, doubling from 2 s up to a minute. Between 1 s and 30
+// min. A node so paced makes a handful of reads per wait, so the reads of
+// a whole queue grow about linearly with its length, where polling at a
+// fixed rate would grow with its square.
 type farPace struct {
 	ahead       int
 	at          time.Time
@@ -662,7 +722,7 @@ func (f *farPace) next(ahead int, now time.Time) time.Duration {
 // view) for longer than the grace without announcing.
 func (l *Lock) silent(now time.Time) func(string) bool {
 	l.mu.Lock()
-	first := maps(l.firstEligible)
+	first := copyTimes(l.firstEligible)
 	l.mu.Unlock()
 	return func(name string) bool {
 		t, ok := first[name]
@@ -670,7 +730,7 @@ func (l *Lock) silent(now time.Time) func(string) bool {
 	}
 }
 
-func maps(m map[string]time.Time) map[string]time.Time {
+func copyTimes(m map[string]time.Time) map[string]time.Time {
 	c := make(map[string]time.Time, len(m))
 	for k, v := range m {
 		c[k] = v

@@ -221,8 +221,7 @@ func Snapshot(nodes []corev1.Node, local Local, now time.Time) Report {
 	s := &snap{ps: lock.Participants(ptrs), local: local, own: lock.LimitsFrom(local.Lock), now: now, ttl: local.Lock.TTL.Std()}
 	s.labels = s.groupLabels()
 	q := claim.Eligibility(s.ps, now, s.ttl, nil)
-	// Waiting nodes in the queue's order (which spreads the nodes that
-	// joined in the same minute over their groups), the others by since.
+	// Waiting nodes in the queue's order, the others by since.
 	slices.SortFunc(s.ps, func(a, b claim.Participant) int {
 		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(q.Position(a.Name), q.Position(b.Name)), claim.QueueOrder(a, b))
 	})

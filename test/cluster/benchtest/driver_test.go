@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/lock"
@@ -28,6 +29,7 @@ import (
 type lockDriver struct {
 	h      *cluster.SimHost
 	client kubernetes.Interface
+	meta   metadata.Interface
 	limits claim.Limits
 	hold   time.Duration
 	// started is called each time the daemon has started (watch cache
@@ -50,7 +52,7 @@ func (d *lockDriver) log() *slog.Logger {
 
 func (d *lockDriver) run(ctx context.Context) error {
 	l := lock.New(lock.Options{
-		Client: d.client, Node: d.h.Name, Limits: d.limits,
+		Client: d.client, Metadata: d.meta, Node: d.h.Name, Limits: d.limits,
 		// The daemon's defaults (config.toml.example).
 		WaitingGrace: 2 * time.Minute, AlarmAge: time.Hour, EnteringAlarmAge: 10 * time.Minute,
 		BootID: d.bootID, Log: d.log(),

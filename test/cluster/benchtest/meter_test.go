@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 )
 
@@ -34,11 +35,20 @@ func (s meterSnapshot) sub(o meterSnapshot) meterSnapshot {
 // strategy's client settings (kube.Tune for kured-host's, client-go's
 // defaults with kured's rate limit for the baseline).
 func (m *meter) client(cfg *rest.Config, userAgent string, tune func(*rest.Config)) (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(m.config(cfg, userAgent, tune))
+}
+
+// metadata is client's metadata-only twin.
+func (m *meter) metadata(cfg *rest.Config, userAgent string, tune func(*rest.Config)) (metadata.Interface, error) {
+	return metadata.NewForConfig(m.config(cfg, userAgent, tune))
+}
+
+func (m *meter) config(cfg *rest.Config, userAgent string, tune func(*rest.Config)) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = userAgent
 	tune(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return meterTransport{rt, m} })
-	return kubernetes.NewForConfig(cfg)
+	return cfg
 }
 
 type meterTransport struct {

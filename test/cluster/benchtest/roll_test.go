@@ -294,7 +294,11 @@ func startSlotLock(tb testing.TB, ctx context.Context, f *fleet, c rollCase) slo
 		if err != nil {
 			tb.Fatal(err)
 		}
-		d := &lockDriver{h: h, client: client, limits: limits, hold: c.Hold, started: func() { f.started.Add(1) }}
+		meta, err := f.meter.metadata(h.Config, userAgent(slotLock), kube.Tune)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		d := &lockDriver{h: h, client: client, meta: meta, limits: limits, hold: c.Hold, started: func() { f.started.Add(1) }}
 		h.AddService("kured-host", f.service(d.run))
 	}
 	return auditorWatch{a: a, limits: limits}

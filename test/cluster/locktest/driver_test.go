@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/events"
@@ -109,11 +110,16 @@ func (d *driver) bootID() (string, error) {
 
 func (d *driver) run(ctx context.Context) error {
 	client := d.client
+	var meta metadata.Interface
 	if client == nil {
 		client = d.h.Client
+		var err error
+		if meta, err = metadata.NewForConfig(d.h.Config); err != nil {
+			return err
+		}
 	}
 	l := lock.New(lock.Options{
-		Client: client, Node: d.h.Name, Limits: d.limits,
+		Client: client, Metadata: meta, Node: d.h.Name, Limits: d.limits,
 		WaitingGrace: d.grace, AlarmAge: time.Hour, EnteringAlarmAge: 2 * time.Second,
 		BootID: d.bootID, Log: d.log,
 		Alarms: chanReport{Report: &lock.Report{
