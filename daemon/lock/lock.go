@@ -51,7 +51,7 @@ type Options struct {
 	// as object metadata only (labels and annotations hold the claims),
 	// without the Nodes' status; nil reads whole Nodes.
 	Metadata metadata.Interface
-	Node   string
+	Node     string
 	// Limits is this node's configuration: concurrency and group rules.
 	Limits claim.Limits
 	// WaitingGrace passes over a waiting node that stays eligible this long
