@@ -57,7 +57,7 @@ func fakeAPI(t *testing.T, skew time.Duration) *httptest.Server {
 			reply(w, `{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","status":{"allowed":true}}`)
 		case r.Method == http.MethodGet && p == "/api/v1/nodes/fake":
 			reply(w, `{"apiVersion":"v1","kind":"Node","metadata":{"name":"fake","labels":{"topology.kubernetes.io/zone":"a"}},`+
-				`"status":{"conditions":[{"type":"Ready","status":"True"}]}}`)
+				`"status":{"conditions":[{"type":"Ready","status":"True"}],"nodeInfo":{"bootID":"b00t"}}}`)
 		case r.Method == http.MethodGet && p == "/api/v1/pods":
 			reply(w, `{"apiVersion":"v1","kind":"PodList","metadata":{},"items":[]}`)
 		default:
