@@ -533,28 +533,10 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 		if nodes, err = w.lister.List(labels.Everything()); err != nil {
 			return nil, err
 		}
-	} else if l.o.Metadata != nil {
-		// Far back: metadata only, from the API server's cache. Without
-		// the status, every node counts as Ready: a NotReady node ahead is
-		// not passed over here, which only makes this node wait for the
-		// window, where the watch sees it.
-		list, err := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List(ctx,
-			metav1.ListOptions{LabelSelector: claim.Label, ResourceVersion: "0"})
-		if err != nil {
-			return nil, fmt.Errorf("list claimed nodes: %w", err)
-		}
-		for i := range list.Items {
-			nodes = append(nodes, &corev1.Node{ObjectMeta: list.Items[i].ObjectMeta, Status: corev1.NodeStatus{
-				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
-			}})
-		}
 	} else {
-		list, err := l.o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: claim.Label, ResourceVersion: "0"})
-		if err != nil {
-			return nil, fmt.Errorf("list claimed nodes: %w", err)
-		}
-		for i := range list.Items {
-			nodes = append(nodes, &list.Items[i])
+		var err error
+		if nodes, err = l.listClaimed(ctx, "0"); err != nil {
+			return nil, err
 		}
 	}
 	ps := l.claims.participants(nodes)
@@ -564,6 +546,52 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 		ps = append(ps, claim.Participant{Name: l.o.Node, Labels: cur.labels, Ready: true, Claim: cur.claim})
 	}
 	return ps, nil
+}
+
+// listClaimed lists the claimed nodes at resourceVersion rv ("0": from
+// the API server's cache; "": consistent). With Metadata it reads their
+// metadata only, which is where the claims are: a whole Node is several
+// times larger, and a queue of hundreds read by each of its nodes a few
+// times made most of the bytes the API server sent. Readiness then comes
+// from the watch cache if this daemon watches, and is taken as Ready
+// otherwise: far back, a NotReady node ahead is then not passed over,
+// which only makes this node wait for the window, where the watch sees
+// it; an entering node that verifies without a watch may give way to it,
+// which is always safe, and watches when it waits again.
+func (l *Lock) listClaimed(ctx context.Context, rv string) ([]*corev1.Node, error) {
+	opts := metav1.ListOptions{LabelSelector: claim.Label, ResourceVersion: rv}
+	var nodes []*corev1.Node
+	if l.o.Metadata == nil {
+		list, err := l.o.Client.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list claimed nodes: %w", err)
+		}
+		for i := range list.Items {
+			nodes = append(nodes, &list.Items[i])
+		}
+		return nodes, nil
+	}
+	list, err := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("list claimed nodes: %w", err)
+	}
+	w := l.watching()
+	for i := range list.Items {
+		ready := true
+		if w != nil {
+			if n, err := w.lister.Get(list.Items[i].Name); err == nil {
+				ready = nodeReady(n)
+			}
+		}
+		status := corev1.ConditionTrue
+		if !ready {
+			status = corev1.ConditionFalse
+		}
+		nodes = append(nodes, &corev1.Node{ObjectMeta: list.Items[i].ObjectMeta, Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}},
+		}})
+	}
+	return nodes, nil
 }
 
 // Participants turns Nodes into the rules' view of them: one Participant
@@ -653,7 +681,7 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		}
 		if window := l.window(); pos >= window {
 			l.stopWatch()
-			if err := sleep(ctx, far.next(pos-window+1, now)); err != nil {
+			if err := l.waitFar(ctx, &far, pos-window+1, markOf(snap, q.Waiting[pos-window]), now); err != nil {
 				return err
 			}
 			continue
@@ -670,6 +698,81 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// waitFar waits, far back in the queue, until this node may have come
+// within the window, ahead nodes ahead of it. Reading the whole queue
+// costs a response the size of the queue, and every waiting node reading
+// it a few times made a long queue's reads grow with its square (0.5 MB
+// a read, 2.8 GB in all at 500 nodes). So between two reads of the queue
+// it looks at one node only, the mark: the waiting node whose leaving,
+// with the queue going in order, brings this one within the window. It
+// reads the whole queue again when the mark has left, or when, at the
+// fastest pace seen, it should be within the window by now (the mark may
+// be held back by its group while others pass it), or while the pace is
+// not known yet.
+func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time) error {
+	d := far.next(ahead, read)
+	for {
+		if err := sleep(ctx, d); err != nil {
+			return err
+		}
+		if far.perPosition == 0 || mark.name == "" {
+			return nil
+		}
+		remaining := ahead - int(l.o.Now().Sub(read)/far.perPosition)
+		if remaining <= 0 {
+			return nil
+		}
+		gone, err := l.markLeft(ctx, mark)
+		if err != nil || gone {
+			// A failed look is not worth a warning here: the read of
+			// the whole queue that follows reports it if it persists.
+			return nil
+		}
+		d = far.sleep(remaining)
+	}
+}
+
+// participantMark is a waiting node as one read of the queue saw it.
+type participantMark struct {
+	name  string
+	since time.Time
+}
+
+func markOf(snap []claim.Participant, name string) participantMark {
+	for _, p := range snap {
+		if p.Name == name {
+			return participantMark{name: name, since: p.Claim.Since}
+		}
+	}
+	return participantMark{}
+}
+
+// markLeft reports whether the mark is no longer waiting in the place it
+// had: no claim, another state, or a new place (it left and came back).
+// It reads the one Node's metadata from the API server's cache.
+func (l *Lock) markLeft(ctx context.Context, m participantMark) (bool, error) {
+	var meta metav1.ObjectMeta
+	opts := metav1.GetOptions{ResourceVersion: "0"}
+	if l.o.Metadata != nil {
+		pm, err := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).Get(ctx, m.name, opts)
+		if err != nil {
+			return apierrors.IsNotFound(err), err
+		}
+		meta = pm.ObjectMeta
+	} else {
+		n, err := l.o.Client.CoreV1().Nodes().Get(ctx, m.name, opts)
+		if err != nil {
+			return apierrors.IsNotFound(err), err
+		}
+		meta = n.ObjectMeta
+	}
+	c, err := claim.Parse(meta.Labels[claim.Label], meta.Annotations[claim.Annotation])
+	if err != nil {
+		return true, nil // unreadable now: let the read of the queue sort it out
+	}
+	return c.State != claim.Waiting || !c.Since.Equal(m.since), nil
 }
 
 // window is how many of the first waiting nodes watch: enough that the
@@ -707,7 +810,7 @@ func (f *farPace) next(ahead int, now time.Time) time.Duration {
 	var d time.Duration
 	switch {
 	case f.perPosition > 0:
-		d = f.perPosition * time.Duration(ahead) / 4
+		d = f.sleep(ahead)
 	case f.interval == 0:
 		d = 2 * time.Second
 	default:
@@ -716,6 +819,12 @@ func (f *farPace) next(ahead int, now time.Time) time.Duration {
 	d = min(max(d, time.Second), 30*time.Minute)
 	f.ahead, f.at, f.interval = ahead, now, d
 	return d
+}
+
+// sleep is a quarter of the time to move ahead places at the fastest pace
+// seen, between 1 s and 30 min.
+func (f *farPace) sleep(ahead int) time.Duration {
+	return min(max(f.perPosition*time.Duration(ahead)/4, time.Second), 30*time.Minute)
 }
 
 // silent reports waiting nodes that have been eligible (in this daemon's
@@ -862,16 +971,14 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 		}
 		cur = l.current()
 	}
-	list, err := l.o.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: claim.Label})
+	nodes, err := l.listClaimed(ctx, "")
 	if err != nil {
-		return claim.Verdict{}, fmt.Errorf("verify: list claimed nodes: %w", err)
+		return claim.Verdict{}, fmt.Errorf("verify: %w", err)
 	}
 	var self *corev1.Node
-	nodes := make([]*corev1.Node, len(list.Items))
-	for i := range list.Items {
-		nodes[i] = &list.Items[i]
-		if nodes[i].Name == l.o.Node {
-			self = nodes[i]
+	for _, n := range nodes {
+		if n.Name == l.o.Node {
+			self = n
 		}
 	}
 	if self == nil || self.UID != cur.uid || self.Annotations[claim.Annotation] != mustMarshal(cur.claim) {
