@@ -710,7 +710,8 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 // reads the whole queue again when the mark has left, or when, at the
 // fastest pace seen, it should be within the window by now (the mark may
 // be held back by its group while others pass it), or while the pace is
-// not known yet.
+// not known yet. Reading the queue on every wake-up instead cost the
+// whole queue a dozen times per node.
 func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time) error {
 	d := far.next(ahead, read)
 	for {
@@ -790,9 +791,9 @@ const minWindow = 16
 // speeds up later, and a pace measured across the start is slow: waking
 // early costs a read, waking late idles a slot); while the queue has not
 // been seen to move, doubling from 2 s up to a minute. Between 1 s and 30
-// min. A node so paced makes a handful of reads per wait, so the reads of
-// a whole queue grow about linearly with its length, where polling at a
-// fixed rate would grow with its square.
+// min. A node so paced wakes a dozen times or so per wait (waitFar looks
+// at one node on most of them), where polling at a fixed rate would make
+// the requests of a whole queue grow with its square.
 type farPace struct {
 	ahead       int
 	at          time.Time

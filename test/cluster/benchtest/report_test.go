@@ -40,7 +40,7 @@ func writeTable(w io.Writer, rows []result) {
 		for _, v := range slices.Sorted(maps.Keys(r.ByVerb)) {
 			parts = append(parts, fmt.Sprintf("%s %d (%d/s)", v, r.ByVerb[v], r.PeakByVerb[v]))
 		}
-		fmt.Fprintf(w, "- N=%d, k=%d, %s: %s; %d conflicts\n", r.Nodes, r.Concurrency, label(r), strings.Join(parts, ", "), r.Conflicts)
+		fmt.Fprintf(w, "- N=%d, k=%d, %s: %s; %d conflicts, %d throttled\n", r.Nodes, r.Concurrency, label(r), strings.Join(parts, ", "), r.Conflicts, r.Throttled)
 	}
 	for _, r := range rows {
 		if r.Unfinished != "" {

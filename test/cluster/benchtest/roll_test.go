@@ -109,6 +109,9 @@ type result struct {
 	Unfinished string `json:"unfinished,omitempty"`
 	// Conflicts are writes refused because the object had changed (409).
 	Conflicts int `json:"conflicts"`
+	// Throttled are requests the API server's priority and fairness
+	// turned away (429, retried by client-go after a second).
+	Throttled int `json:"throttled"`
 	// What the strategy's clients received in that window: every reply
 	// (MB, decompressed), and on watches.
 	ReceivedMB  float64 `json:"receivedMB"`
@@ -390,6 +393,7 @@ func measure(c rollCase, strategy string, start, end time.Time, slots []slot, re
 	}
 	r.ReadsPerNode = float64(reqs.Reads()) / float64(c.Nodes)
 	r.Conflicts = len(reqs.Where(func(x cluster.Request) bool { return x.Code == 409 }))
+	r.Throttled = len(reqs.Where(func(x cluster.Request) bool { return x.Code == 429 }))
 	p50, p99 := handoffs(slots)
 	r.HandoffP50, r.HandoffP99 = p50.Seconds(), p99.Seconds()
 	return r
