@@ -701,38 +701,54 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 }
 
 // waitFar waits, far back in the queue, until this node may have come
-// within the window, ahead nodes ahead of it. Reading the whole queue
-// costs a response the size of the queue, and every waiting node reading
-// it a few times made a long queue's reads grow with its square (0.5 MB
-// a read, 2.8 GB in all at 500 nodes). So between two reads of the queue
-// it looks at one node only, the mark: the waiting node whose leaving,
-// with the queue going in order, brings this one within the window. It
-// reads the whole queue again when the mark has left, or when, at the
-// fastest pace seen, it should be within the window by now (the mark may
-// be held back by its group while others pass it), or while the pace is
-// not known yet. Reading the queue on every wake-up instead cost the
-// whole queue a dozen times per node.
+// within the window. Reading the whole queue costs a response the size of
+// the queue, and every waiting node reading it on each wake-up made a long
+// queue's bytes grow with its square (0.5 MB a read, 2.8 GB in all at 500
+// nodes); polling in between came late, and a node that comes to the
+// front asleep idles a slot until the others pass it over. So it watches
+// one node, the mark: the waiting node whose leaving, with the queue going
+// in order, brings this one within the window. It reads the queue again
+// when the mark has left, or when at the fastest pace seen it should be
+// within the window by now (a mark held back by its group, or passed
+// over, stays), or, while the pace is not known, as farPace says.
 func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time) error {
 	d := far.next(ahead, read)
-	for {
-		if err := sleep(ctx, d); err != nil {
-			return err
-		}
-		if far.perPosition == 0 || mark.name == "" {
-			return nil
-		}
-		remaining := ahead - int(l.o.Now().Sub(read)/far.perPosition)
-		if remaining <= 0 {
-			return nil
-		}
-		gone, err := l.markLeft(ctx, mark)
-		if err != nil || gone {
-			// A failed look is not worth a warning here: the read of
-			// the whole queue that follows reports it if it persists.
-			return nil
-		}
-		d = far.sleep(remaining)
+	if far.perPosition == 0 || mark.name == "" {
+		return sleep(ctx, d)
 	}
+	eta := min(max(far.perPosition*time.Duration(ahead), time.Second), 30*time.Minute)
+	wctx, cancel := context.WithTimeout(ctx, eta)
+	defer cancel()
+	w, err := l.watchMark(wctx, mark.name)
+	if err != nil {
+		// Not worth a warning: paced reads of the queue do the job,
+		// and report the API's errors if they last.
+		l.log.Debug("cannot watch the mark; reading the queue at a pace instead", "mark", mark.name, "err", err)
+		return sleep(ctx, d)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-wctx.Done():
+			return ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok || ev.Type == watch.Error || ev.Type == watch.Deleted {
+				return nil
+			}
+			if m, ok := ev.Object.(metav1.Object); ok && markLeft(m, mark) {
+				return nil
+			}
+		}
+	}
+}
+
+// watchMark watches one Node's metadata, from its current state.
+func (l *Lock) watchMark(ctx context.Context, name string) (watch.Interface, error) {
+	opts := metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: "0"}
+	if l.o.Metadata != nil {
+		return l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).Watch(ctx, opts)
+	}
+	return l.o.Client.CoreV1().Nodes().Watch(ctx, opts)
 }
 
 // participantMark is a waiting node as one read of the queue saw it.
@@ -752,28 +768,9 @@ func markOf(snap []claim.Participant, name string) participantMark {
 
 // markLeft reports whether the mark is no longer waiting in the place it
 // had: no claim, another state, or a new place (it left and came back).
-// It reads the one Node's metadata from the API server's cache.
-func (l *Lock) markLeft(ctx context.Context, m participantMark) (bool, error) {
-	var meta metav1.ObjectMeta
-	opts := metav1.GetOptions{ResourceVersion: "0"}
-	if l.o.Metadata != nil {
-		pm, err := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).Get(ctx, m.name, opts)
-		if err != nil {
-			return apierrors.IsNotFound(err), err
-		}
-		meta = pm.ObjectMeta
-	} else {
-		n, err := l.o.Client.CoreV1().Nodes().Get(ctx, m.name, opts)
-		if err != nil {
-			return apierrors.IsNotFound(err), err
-		}
-		meta = n.ObjectMeta
-	}
-	c, err := claim.Parse(meta.Labels[claim.Label], meta.Annotations[claim.Annotation])
-	if err != nil {
-		return true, nil // unreadable now: let the read of the queue sort it out
-	}
-	return c.State != claim.Waiting || !c.Since.Equal(m.since), nil
+func markLeft(n metav1.Object, m participantMark) bool {
+	c, err := claim.Parse(n.GetLabels()[claim.Label], n.GetAnnotations()[claim.Annotation])
+	return err != nil || c.State != claim.Waiting || !c.Since.Equal(m.since)
 }
 
 // window is how many of the first waiting nodes watch: enough that the
@@ -785,15 +782,13 @@ func (l *Lock) window() int { return max(2*max(l.o.Limits.Concurrency, 1)+2, min
 
 const minWindow = 16
 
-// farPace spaces the reads of a node further back than the window: a
-// quarter of the time until it reaches the window at the fastest pace the
-// queue has moved between two of its reads (a queue slowed by a busy start
-// speeds up later, and a pace measured across the start is slow: waking
-// early costs a read, waking late idles a slot); while the queue has not
-// been seen to move, doubling from 2 s up to a minute. Between 1 s and 30
-// min. A node so paced wakes a dozen times or so per wait (waitFar looks
-// at one node on most of them), where polling at a fixed rate would make
-// the requests of a whole queue grow with its square.
+// farPace measures, for a node further back than the window, the fastest
+// pace the queue has moved between two of its reads (a queue slowed by a
+// busy start speeds up later, and a pace measured across the start is
+// slow: reading early costs a read, reading late idles a slot), and
+// spaces the reads: while the queue has not been seen to move, doubling
+// from 2 s up to a minute; then a quarter of the time it needs to reach
+// the window at that pace. Between 1 s and 30 min.
 type farPace struct {
 	ahead       int
 	at          time.Time
