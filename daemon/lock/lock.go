@@ -730,7 +730,10 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 	for {
 		select {
 		case <-wctx.Done():
-			return ctx.Err()
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return nil // the time is up: read the queue
 		case ev, ok := <-w.ResultChan():
 			if !ok || ev.Type == watch.Error || ev.Type == watch.Deleted {
 				return nil

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
 )
@@ -115,5 +117,41 @@ func TestFarPaceReadsPerWait(t *testing.T) {
 	}
 	if r10, r1000 := reads(10), reads(1000); r1000 > 3*r10+10 {
 		t.Errorf("%d reads from 1000 positions back against %d from 10: not far from linear in the wait", r1000, r10)
+	}
+}
+
+func TestMarkLeft(t *testing.T) {
+	since := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	mark := participantMark{name: "n1", since: since}
+	ann := func(c claim.Claim) string {
+		s, err := c.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	limits := claim.Limits{Concurrency: 1}
+	for _, tc := range []struct {
+		name              string
+		label, annotation string
+		want              bool
+	}{
+		{"still waiting in its place", "waiting", ann(claim.Claim{Since: since, Limits: limits}), false},
+		{"announced", "entering", ann(claim.Claim{Since: since, Limits: limits}), true},
+		{"holding", "holding", ann(claim.Claim{Since: since, Limits: limits}), true},
+		{"left and came back", "waiting", ann(claim.Claim{Since: since.Add(time.Minute), Limits: limits}), true},
+		{"no claim", "", "", true},
+		{"unreadable", "waiting", "{", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &metav1.ObjectMeta{Name: "n1", Labels: map[string]string{}, Annotations: map[string]string{}}
+			if tc.label != "" {
+				n.Labels[claim.Label] = tc.label
+				n.Annotations[claim.Annotation] = tc.annotation
+			}
+			if got := markLeft(n, mark); got != tc.want {
+				t.Errorf("markLeft = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
