@@ -237,8 +237,9 @@ func slim(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	out := &corev1.Node{ObjectMeta: *n.ObjectMeta.DeepCopy()}
-	out.ManagedFields = nil
+	meta := n.ObjectMeta
+	meta.ManagedFields = nil // before the copy: they are most of it
+	out := &corev1.Node{ObjectMeta: *meta.DeepCopy()}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
@@ -247,9 +248,10 @@ func slim(obj any) (any, error) {
 	return out, nil
 }
 
+// sameForQueue reports whether an update changed nothing the queue reads:
+// the claim, the labels (state and groups) and readiness.
 func sameForQueue(a, b *corev1.Node) bool {
-	return a.Labels[claim.Label] == b.Labels[claim.Label] &&
-		a.Annotations[claim.Annotation] == b.Annotations[claim.Annotation] &&
+	return a.Annotations[claim.Annotation] == b.Annotations[claim.Annotation] &&
 		nodeReady(a) == nodeReady(b) && maps.Equal(a.Labels, b.Labels)
 }
 
