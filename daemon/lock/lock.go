@@ -683,8 +683,16 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		}
 		if window := l.window(); pos >= window {
 			l.stopWatch()
-			if err := l.waitFar(ctx, &far, pos-window+1, markOf(snap, q.Waiting[pos-window]), now); err != nil {
+			left, err := l.waitFar(ctx, &far, pos-window+1, markOf(snap, q.Waiting[pos-window]), now)
+			if err != nil {
 				return err
+			}
+			if left {
+				// Most likely within the window now, where it
+				// watches: the watch's List is the read of the queue.
+				if err := l.ensureWatch(ctx); err != nil {
+					return err
+				}
 			}
 			continue
 		}
@@ -703,45 +711,55 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 }
 
 // waitFar waits, far back in the queue, until this node may have come
-// within the window. Reading the whole queue costs a response the size of
-// the queue, and every waiting node reading it on each wake-up made a long
-// queue's bytes grow with its square (0.5 MB a read, 2.8 GB in all at 500
-// nodes); polling in between came late, and a node that comes to the
-// front asleep idles a slot until the others pass it over. So it watches
-// one node, the mark: the waiting node whose leaving, with the queue going
-// in order, brings this one within the window. It reads the queue again
-// when the mark has left, or when at the fastest pace seen it should be
-// within the window by now (a mark held back by its group, or passed
-// over, stays), or, while the pace is not known, as farPace says.
-func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time) error {
+// within the window, and reports whether the mark has left. Reading the
+// whole queue costs a response the size of the queue, and every waiting
+// node reading it on each wake-up made a long queue's bytes grow with its
+// square (0.5 MB a read, 2.8 GB in all at 500 nodes); polling in between
+// came late, and a node that comes to the front asleep idles a slot until
+// the others pass it over. So it watches one node, the mark: the waiting
+// node whose leaving, with the queue going in order, brings this one
+// within the window. The queue is read again when the mark has left, or
+// when at the fastest pace seen this node should be within the window by
+// now (a mark held back by its group, or passed over, stays), or, while
+// the pace is not known, after a minute: the read when the mark leaves
+// measures the pace over the whole wait, where reads every few seconds
+// from the start measured a start slowed by every node joining at once
+// (and made it slower).
+func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time) (bool, error) {
 	d := far.next(ahead, read)
-	if far.perPosition == 0 || mark.name == "" {
-		return sleep(ctx, d)
+	if mark.name == "" {
+		return false, sleep(ctx, d)
 	}
-	eta := min(max(far.perPosition*time.Duration(ahead), time.Second), 30*time.Minute)
-	wctx, cancel := context.WithTimeout(ctx, eta)
+	timeout := time.Minute
+	if far.perPosition > 0 {
+		timeout = min(max(far.perPosition*time.Duration(ahead), time.Second), 30*time.Minute)
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	w, err := l.watchMark(wctx, mark.name)
 	if err != nil {
 		// Not worth a warning: paced reads of the queue do the job,
 		// and report the API's errors if they last.
 		l.log.Debug("cannot watch the mark; reading the queue at a pace instead", "mark", mark.name, "err", err)
-		return sleep(ctx, d)
+		return false, sleep(ctx, d)
 	}
 	defer w.Stop()
 	for {
 		select {
 		case <-wctx.Done():
 			if ctx.Err() != nil {
-				return context.Cause(ctx)
+				return false, context.Cause(ctx)
 			}
-			return nil // the time is up: read the queue
+			return false, nil // the time is up: read the queue
 		case ev, ok := <-w.ResultChan():
-			if !ok || ev.Type == watch.Error || ev.Type == watch.Deleted {
-				return nil
+			if !ok || ev.Type == watch.Error {
+				return false, nil
+			}
+			if ev.Type == watch.Deleted {
+				return true, nil
 			}
 			if m, ok := ev.Object.(metav1.Object); ok && markLeft(m, mark) {
-				return nil
+				return true, nil
 			}
 		}
 	}
@@ -791,9 +809,10 @@ const minWindow = 16
 // pace the queue has moved between two of its reads (a queue slowed by a
 // busy start speeds up later, and a pace measured across the start is
 // slow: reading early costs a read, reading late idles a slot), and
-// spaces the reads: while the queue has not been seen to move, doubling
-// from 2 s up to a minute; then a quarter of the time it needs to reach
-// the window at that pace. Between 1 s and 30 min.
+// spaces the reads when the mark cannot be watched: while the queue has
+// not been seen to move, doubling from 2 s up to a minute; then a quarter
+// of the time it needs to reach the window at that pace. Between 1 s and
+// 30 min.
 type farPace struct {
 	ahead       int
 	at          time.Time

@@ -53,12 +53,12 @@ func TestRollCI(t *testing.T) {
 
 // TestFarBackCI: 80 nodes one at a time, so that 64 of them wait behind
 // the window (16) that watches the claimed nodes. A node far back reads
-// the whole queue when it joins, while it learns how fast the queue moves,
-// and when it comes within the window (then come the watch's own List and
-// verify's); in between it watches one node. Reading the queue on each of
-// its paced wake-ups instead, as it did before, made 7.0 Lists per node
-// here (3.6 now), and more the longer the queue. T is short (0.3 s): the
-// case is about reads, not the makespan.
+// the whole queue when it joins, then watches one node, the mark, until it
+// leaves, and then starts the watch of the claimed nodes; verify reads the
+// queue once more. Reading the queue on each of its paced wake-ups
+// instead, as it did before, made 7.0 Lists per node here (2.0 now), and
+// more the longer the queue. T is short (0.3 s): the case is about reads,
+// not the makespan.
 func TestFarBackCI(t *testing.T) {
 	const half = 150 * time.Millisecond
 	c := rollCase{Nodes: 80, K: 1, Zones: 3, Hold: half, Down: half}
@@ -69,7 +69,7 @@ func TestFarBackCI(t *testing.T) {
 	if r.Unfinished != "" {
 		t.Fatal(r.Unfinished)
 	}
-	if lists > 5 {
-		t.Errorf("%.1f Lists per node, want ≤ 5 (%v)", lists, r.ByVerb)
+	if lists > 4 {
+		t.Errorf("%.1f Lists per node, want ≤ 4 (%v)", lists, r.ByVerb)
 	}
 }
