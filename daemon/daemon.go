@@ -22,6 +22,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/block"
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/daemon/notify"
@@ -90,8 +91,11 @@ type Daemon struct {
 	// Watchdog is systemd's WatchdogSec (0: off); WATCHDOG=1 is sent at
 	// half of it.
 	Watchdog time.Duration
-	Node     string
-	Now      func() time.Time
+	// Trim, if set, runs once the daemon is ready: it hands the kernel
+	// back the memory only start-up used (host.TrimBinary).
+	Trim func() (int64, error)
+	Node string
+	Now  func() time.Time
 
 	mu     sync.Mutex
 	needed bool
@@ -132,6 +136,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.notify("READY=1")
 	log.Info("ready", "node", d.Node)
+	if d.Trim != nil {
+		d.trim(log)
+	}
 	if d.Watchdog > 0 {
 		go d.watchdog(ctx)
 	}
@@ -154,6 +161,20 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.notify("STOPPING=1")
 	log.Info("stopping", "reason", context.Cause(ctx))
 	return nil
+}
+
+// trim reports what handing start-up pages back saved; a kernel that
+// does not do it costs nothing but memory, so it is not an error.
+func (d *Daemon) trim(log *slog.Logger) {
+	_, before, _ := host.Resident()
+	advised, err := d.Trim()
+	if err != nil {
+		log.Info("binary pages used at start-up kept resident", "err", err)
+		return
+	}
+	anon, after, _ := host.Resident()
+	log.Info("binary pages used at start-up handed back to the kernel",
+		"advised_kib", advised>>10, "resident_file_kib", fmt.Sprintf("%d -> %d", before, after), "resident_anon_kib", anon)
 }
 
 func (d *Daemon) watchdog(ctx context.Context) {
