@@ -113,9 +113,10 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 			GracePeriod: cfg.Drain.GracePeriod.Std(), Timeout: cfg.Drain.Timeout.Std(),
 			PodSelector: cfg.Drain.PodSelector.Selector(), SkipWaitForDeleteTimeout: cfg.Drain.SkipWaitForDeleteTimeout.Std(),
 			DeleteEmptyDirData: cfg.Drain.DeleteEmptyDirData, EvictUnreplicated: cfg.Drain.EvictUnreplicated,
-		}},
+		}, Observe: l.Observe},
 		Rebooter: reboot,
 		Watchdog: host.WatchdogInterval(),
+		Trim:     host.TrimBinary,
 		BootID:   s.Root.BootID,
 		Ready: func(ctx context.Context) (bool, string, error) {
 			boot, err := s.Root.BootID()

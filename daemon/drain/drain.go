@@ -46,6 +46,9 @@ type Drainer struct {
 	Node   string
 	Options
 	Log *slog.Logger
+	// Observe, if set, is given the Node as each cordon or uncordon left
+	// it: the lock's next claim write builds on it (lock.Lock.Observe).
+	Observe func(*corev1.Node)
 }
 
 // ErrRefused means pods the configuration does not allow evicting are on
@@ -83,12 +86,16 @@ func (d *Drainer) setUnschedulable(ctx context.Context, on bool) error {
 	if on {
 		body = `{"spec":{"unschedulable":true}}`
 	}
-	if _, err := d.Client.CoreV1().Nodes().Patch(ctx, d.Node, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: "kured-host"}); err != nil {
+	n, err := d.Client.CoreV1().Nodes().Patch(ctx, d.Node, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: "kured-host"})
+	if err != nil {
 		verb := "uncordon"
 		if on {
 			verb = "cordon"
 		}
 		return fmt.Errorf("%s node %s: %w", verb, d.Node, err)
+	}
+	if d.Observe != nil {
+		d.Observe(n)
 	}
 	return nil
 }

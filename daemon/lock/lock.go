@@ -319,6 +319,24 @@ func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
 	return o.claim, o.state, err
 }
 
+// Observe takes a Node this daemon has just written by another way (the
+// answer to its cordon or uncordon) as the base of its next conditional
+// write. The answer is the Node as the API server stored it, as current
+// as a GET, so the claim write that follows does not meet the conflict,
+// re-read and retry it would otherwise cost. A Node recreated since is
+// left for the next write to find.
+func (l *Lock) Observe(n *corev1.Node) {
+	if n == nil || n.Name != l.o.Node {
+		return
+	}
+	if cur := l.current(); cur.uid != "" && n.UID != cur.uid {
+		return
+	}
+	// A claim someone broke is remembered as is, as Own does; the next
+	// write reports it.
+	_, _, _ = l.remember(n)
+}
+
 // Known returns the claim as this daemon last read or wrote it, without a
 // request.
 func (l *Lock) Known() (claim.Claim, claim.State) {

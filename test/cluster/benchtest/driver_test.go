@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -103,9 +104,11 @@ func (d *lockDriver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) err
 	}
 	if c.BootID != boot {
 		if !c.WasUnschedulable {
-			if err := setUnschedulable(ctx, d.client, d.h.Name, false); err != nil {
+			n, err := setUnschedulable(ctx, d.client, d.h.Name, false)
+			if err != nil {
 				return err
 			}
+			l.Observe(n)
 		}
 		return l.Release(ctx)
 	}
@@ -122,9 +125,11 @@ func (d *lockDriver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) err
 		}); err != nil {
 			return err
 		}
-		if err := setUnschedulable(ctx, d.client, d.h.Name, true); err != nil {
+		cordoned, err := setUnschedulable(ctx, d.client, d.h.Name, true)
+		if err != nil {
 			return err
 		}
+		l.Observe(cordoned)
 	}
 	if err := sleep(ctx, d.hold); err != nil {
 		return err
@@ -151,13 +156,14 @@ func reboot(ctx context.Context, h *cluster.SimHost) error {
 	return ctx.Err()
 }
 
-func setUnschedulable(ctx context.Context, client kubernetes.Interface, node string, on bool) error {
+// setUnschedulable cordons or uncordons; the slot lock's driver gives
+// the lock the Node as the patch left it, as the daemon's drainer does.
+func setUnschedulable(ctx context.Context, client kubernetes.Interface, node string, on bool) (*corev1.Node, error) {
 	body := `{"spec":{"unschedulable":null}}`
 	if on {
 		body = `{"spec":{"unschedulable":true}}`
 	}
-	_, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), metav1.PatchOptions{})
-	return err
+	return client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), metav1.PatchOptions{})
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -106,7 +106,7 @@ func (k *kuredNode) run(ctx context.Context) error {
 			return err
 		}
 		if !entry.Metadata.Unschedulable {
-			if err := setUnschedulable(ctx, k.client, k.h.Name, false); err != nil {
+			if _, err := setUnschedulable(ctx, k.client, k.h.Name, false); err != nil {
 				return err
 			}
 		}
@@ -153,7 +153,7 @@ func (k *kuredNode) tick(ctx context.Context) (bool, error) {
 			return false, err
 		}
 	}
-	if err := setUnschedulable(ctx, k.client, k.h.Name, true); err != nil {
+	if _, err := setUnschedulable(ctx, k.client, k.h.Name, true); err != nil {
 		return false, err
 	}
 	if err := sleep(ctx, k.hold); err != nil {

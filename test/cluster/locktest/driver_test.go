@@ -165,7 +165,7 @@ func (d *driver) run(ctx context.Context) error {
 				// The claim went away before the reboot: put the node
 				// back as it was and start over.
 				if !c.WasUnschedulable && c.Phase != claim.PhaseAcquired {
-					if err := d.setUnschedulable(ctx, false); err != nil {
+					if err := d.setUnschedulable(ctx, l, false); err != nil {
 						return err
 					}
 				}
@@ -198,7 +198,7 @@ func (d *driver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
 			return err
 		}
 		if !c.WasUnschedulable {
-			if err := d.setUnschedulable(ctx, false); err != nil {
+			if err := d.setUnschedulable(ctx, l, false); err != nil {
 				return err
 			}
 		}
@@ -224,7 +224,7 @@ func (d *driver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
 		}); err != nil {
 			return err
 		}
-		if err := d.setUnschedulable(ctx, true); err != nil {
+		if err := d.setUnschedulable(ctx, l, true); err != nil {
 			return err
 		}
 	}
@@ -245,12 +245,17 @@ func (d *driver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
 	return ctx.Err()
 }
 
-func (d *driver) setUnschedulable(ctx context.Context, on bool) error {
+// setUnschedulable cordons or uncordons, and gives the lock the Node as
+// the patch left it, as the daemon's drainer does.
+func (d *driver) setUnschedulable(ctx context.Context, l *lock.Lock, on bool) error {
 	body := `{"spec":{"unschedulable":null}}`
 	if on {
 		body = `{"spec":{"unschedulable":true}}`
 	}
-	_, err := d.h.Client.CoreV1().Nodes().Patch(ctx, d.h.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+	n, err := d.h.Client.CoreV1().Nodes().Patch(ctx, d.h.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+	if err == nil {
+		l.Observe(n)
+	}
 	return err
 }
 

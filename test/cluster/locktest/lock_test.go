@@ -5,15 +5,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -541,3 +545,70 @@ func expectEvent(t *testing.T, ctx context.Context, node, reason, says string) {
 		}
 	}
 }
+
+// TestObserveSavesTheConflict: the release after the daemon's own
+// uncordon conflicts once (the uncordon moved the Node's resourceVersion),
+// unless the lock is given the uncordon's answer; either way the claim is
+// gone after Release.
+func TestObserveSavesTheConflict(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	f := newFleet(t, ctx, []hostSpec{{name: "observe-1", idle: true}})
+	h := f.host("observe-1")
+	for _, tc := range []struct {
+		observe   bool
+		conflicts int64
+	}{{false, 1}, {true, 0}} {
+		t.Run(fmt.Sprintf("observe=%v", tc.observe), func(t *testing.T) {
+			var conflicts atomic.Int64
+			cfg := rest.CopyConfig(h.Config)
+			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+				return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					resp, err := rt.RoundTrip(r)
+					if err == nil && resp.StatusCode == http.StatusConflict {
+						conflicts.Add(1)
+					}
+					return resp, err
+				})
+			})
+			client, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := lock.New(lock.Options{Client: client, Node: h.Name, Limits: limits(1, 0), WaitingGrace: time.Minute,
+				BootID: func() (string, error) { return h.BootID(), nil }})
+			if _, _, err := l.Own(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Join(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, on := range []string{"true", "null"} {
+				n, err := client.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":`+on+`}}`), metav1.PatchOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.observe {
+					l.Observe(n)
+				}
+			}
+			before := conflicts.Load()
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := conflicts.Load() - before; got != tc.conflicts {
+				t.Errorf("%d conflicts in Release, want %d", got, tc.conflicts)
+			}
+			n, err := cp.Admin.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, ok := n.Labels[claim.Label]; ok {
+				t.Errorf("claim label %q left after Release", v)
+			}
+		})
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
