@@ -22,10 +22,12 @@ import (
 // file if the daemon needs them (at the next drain, say). Android's
 // process compaction does the same to idle apps.
 
-// Mapping is one line of /proc/PID/maps: an address range and the file it
-// maps (device and inode; inode 0 is anonymous memory).
+// Mapping is one line of /proc/PID/maps: an address range, whether it is
+// writable, and the file it maps (device and inode; inode 0 is anonymous
+// memory).
 type Mapping struct {
 	Start, End uintptr
+	Writable   bool
 	Dev        uint64 // as unix.Mkdev(major, minor)
 	Inode      uint64
 }
@@ -59,6 +61,7 @@ func ParseMaps(data []byte) ([]Mapping, error) {
 			v[i] = n
 		}
 		m.Start, m.End = uintptr(v[0]), uintptr(v[1])
+		m.Writable = strings.HasPrefix(f[1], "rw")
 		m.Dev, m.Inode = unix.Mkdev(uint32(v[2]), uint32(v[3])), v[4]
 		if m.End < m.Start {
 			return nil, fmt.Errorf("maps line %q: range ends before it starts", s.Text())
@@ -69,7 +72,8 @@ func ParseMaps(data []byte) ([]Mapping, error) {
 }
 
 // TrimBinary asks the kernel to reclaim the resident pages of this
-// process's executable file and returns the bytes of mappings it advised.
+// process's executable file that are mapped read-only, and returns the
+// bytes of mappings it advised.
 // A kernel without MADV_PAGEOUT (EINVAL) or that refuses it (EPERM: not
 // the file's owner, nor root) makes an error; nothing is lost either way.
 func TrimBinary() (int64, error) {
@@ -87,7 +91,10 @@ func TrimBinary() (int64, error) {
 	}
 	var advised int64
 	for _, m := range maps {
-		if m.Inode != st.Ino || m.Dev != st.Dev {
+		// Only the read-only mappings (code, constants, type data): the
+		// written pages of the data segment are the runtime's variables,
+		// which would go to swap and come straight back.
+		if m.Inode != st.Ino || m.Dev != st.Dev || m.Writable {
 			continue
 		}
 		// The raw call: the range is not Go memory, so no []byte for

@@ -22,7 +22,7 @@ func TestParseMaps(t *testing.T) {
 				"7f00aa000000-7f00ab000000 r--p 00100000 fd:01 42 /usr/bin/kured-host (deleted)\n",
 			want: []Mapping{
 				{Start: 0x400000, End: 0x452000, Dev: unix.Mkdev(8, 2), Inode: 173521},
-				{Start: 0x7ffd1c000000, End: 0x7ffd1c021000, Dev: 0, Inode: 0},
+				{Start: 0x7ffd1c000000, End: 0x7ffd1c021000, Writable: true, Dev: 0, Inode: 0},
 				{Start: 0x7f00aa000000, End: 0x7f00ab000000, Dev: unix.Mkdev(0xfd, 1), Inode: 42},
 			},
 		},
