@@ -239,13 +239,23 @@ func slim(obj any) (any, error) {
 	}
 	meta := n.ObjectMeta
 	meta.ManagedFields = nil // before the copy: they are most of it
-	out := &corev1.Node{ObjectMeta: *meta.DeepCopy()}
+	var ready corev1.ConditionStatus
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+			ready = c.Status
 		}
 	}
-	return out, nil
+	return queueNode(*meta.DeepCopy(), ready), nil
+}
+
+// queueNode is a Node as the queue reads it: metadata, and the Ready
+// condition if its status is known ("" leaves it out).
+func queueNode(meta metav1.ObjectMeta, ready corev1.ConditionStatus) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: meta}
+	if ready != "" {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}
+	}
+	return n
 }
 
 // sameForQueue reports whether an update changed nothing the queue reads:
@@ -607,9 +617,7 @@ func (l *Lock) listClaimed(ctx context.Context, rv string) ([]*corev1.Node, erro
 		if !ready {
 			status = corev1.ConditionFalse
 		}
-		nodes = append(nodes, &corev1.Node{ObjectMeta: list.Items[i].ObjectMeta, Status: corev1.NodeStatus{
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}},
-		}})
+		nodes = append(nodes, queueNode(list.Items[i].ObjectMeta, status))
 	}
 	return nodes, nil
 }
@@ -750,7 +758,7 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 	}
 	timeout := time.Minute
 	if far.perPosition > 0 {
-		timeout = min(max(far.perPosition*time.Duration(ahead), time.Second), 30*time.Minute)
+		timeout = farBounds(far.eta(ahead))
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -848,22 +856,22 @@ func (f *farPace) next(ahead int, now time.Time) time.Duration {
 	var d time.Duration
 	switch {
 	case f.perPosition > 0:
-		d = f.sleep(ahead)
+		d = f.eta(ahead) / 4
 	case f.interval == 0:
 		d = 2 * time.Second
 	default:
 		d = min(2*f.interval, time.Minute)
 	}
-	d = min(max(d, time.Second), 30*time.Minute)
+	d = farBounds(d)
 	f.ahead, f.at, f.interval = ahead, now, d
 	return d
 }
 
-// sleep is a quarter of the time to move ahead places at the fastest pace
-// seen, between 1 s and 30 min.
-func (f *farPace) sleep(ahead int) time.Duration {
-	return min(max(f.perPosition*time.Duration(ahead)/4, time.Second), 30*time.Minute)
-}
+// eta is the time to move ahead places at the fastest pace seen.
+func (f *farPace) eta(ahead int) time.Duration { return f.perPosition * time.Duration(ahead) }
+
+// farBounds keeps a far-back wait between 1 s and 30 min.
+func farBounds(d time.Duration) time.Duration { return min(max(d, time.Second), 30*time.Minute) }
 
 // silent reports waiting nodes that have been eligible (in this daemon's
 // view) for longer than the grace without announcing.
