@@ -176,7 +176,14 @@ func (h *SimHost) RotateCert() error {
 // with the certificate and key in the rotating file.
 func (h *SimHost) writeKubeconfig() error {
 	cert := filepath.Join(h.Root, CurrentCert)
-	kc := fmt.Sprintf(`apiVersion: v1
+	return os.WriteFile(h.Kubeconfig, KubeletConf(h.cp.ServerCA, h.cp.Server, cert), 0o600)
+}
+
+// KubeletConf is a kubeconfig shaped like kubeadm's kubelet.conf: the
+// server and its CA inline, the client certificate and key in one file
+// at certPath, as the kubelet keeps them after a rotation.
+func KubeletConf(serverCA []byte, server, certPath string) []byte {
+	return fmt.Appendf(nil, `apiVersion: v1
 kind: Config
 clusters:
 - cluster:
@@ -196,8 +203,7 @@ users:
   user:
     client-certificate: %s
     client-key: %s
-`, b64(h.cp.ServerCA), h.cp.Server, cert, cert)
-	return os.WriteFile(h.Kubeconfig, []byte(kc), 0o600)
+`, b64(serverCA), server, certPath, certPath)
 }
 
 // BootID is the current boot's ID (what /proc/sys/kernel/random/boot_id

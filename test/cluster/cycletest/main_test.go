@@ -149,31 +149,16 @@ func tail(s string, n int) string {
 
 func (n *node) logs() string { return n.k.Logs() }
 
-// claimOf reads the node's claim as the admin sees it.
-func claimOf(t *testing.T, ctx context.Context, name string) (claim.State, claim.Claim, bool) {
+// claimOf reads a node's claim as the admin sees it.
+func claimOf(t *testing.T, ctx context.Context, node string) (claim.State, claim.Claim, bool) {
 	t.Helper()
-	n, err := cp.Admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lv := n.Labels[claim.Label]
-	if lv == "" {
-		return "", claim.Claim{}, n.Spec.Unschedulable
-	}
-	c, _ := claim.Parse(lv, n.Annotations[claim.Annotation])
-	return claim.State(lv), c, n.Spec.Unschedulable
+	return cp.ClaimOf(t, ctx, node)
 }
 
 // waitFor polls cond until it holds.
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	cluster.WaitFor(t, ctx, what, 20*time.Millisecond, cond)
 }
 
 // waitDone waits until each node has booted twice and has no claim left.

@@ -2,7 +2,6 @@ package vmtest
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"os"
 	"strings"
@@ -18,8 +17,6 @@ import (
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/test/cluster"
 )
-
-func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
 // scenario skips unless enabled, and returns the scenario's context: d
 // with KVM, three times d with TCG (emulation). It logs the wall time.
@@ -88,28 +85,13 @@ func mainPID(ctx context.Context, v *VM) string {
 // claimOf reads a node's claim as the admin sees it.
 func claimOf(t *testing.T, ctx context.Context, node string) (claim.State, claim.Claim, bool) {
 	t.Helper()
-	n, err := env.cp.Admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lv := n.Labels[claim.Label]
-	if lv == "" {
-		return "", claim.Claim{}, n.Spec.Unschedulable
-	}
-	c, _ := claim.Parse(lv, n.Annotations[claim.Annotation])
-	return claim.State(lv), c, n.Spec.Unschedulable
+	return env.cp.ClaimOf(t, ctx, node)
 }
 
 // waitFor polls cond every 250ms until it holds.
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	cluster.WaitFor(t, ctx, what, 250*time.Millisecond, cond)
 }
 
 // podOn puts one replicated pod on node (a ReplicaSet's, so a drain

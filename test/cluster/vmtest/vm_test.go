@@ -139,28 +139,7 @@ func writeNodeCredentials(dir, name string) error {
 		return err
 	}
 	const cert = "/var/lib/kubelet/pki/kubelet-client-current.pem"
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- cluster:
-    certificate-authority-data: %s
-    server: %s
-  name: default-cluster
-contexts:
-- context:
-    cluster: default-cluster
-    namespace: default
-    user: default-auth
-  name: default-context
-current-context: default-context
-preferences: {}
-users:
-- name: default-auth
-  user:
-    client-certificate: %s
-    client-key: %s
-`, b64(env.cp.ServerCA), env.cp.ServeURL, cert, cert)
-	return os.WriteFile(filepath.Join(dir, "kubelet.conf"), []byte(kc), 0o600)
+	return os.WriteFile(filepath.Join(dir, "kubelet.conf"), cluster.KubeletConf(env.cp.ServerCA, env.cp.ServeURL, cert), 0o600)
 }
 
 // start runs the machine: qemu, and qemu again after each reboot, until
