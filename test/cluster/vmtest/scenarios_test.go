@@ -203,7 +203,11 @@ func TestRealReboot(t *testing.T) {
 	}
 
 	// The serial console: the two boots, logind's reboot, the daemon's
-	// lines.
+	// lines. The daemon logs "slot released" after the release's Event,
+	// so the line may reach the console after the admin saw the release.
+	waitFor(t, ctx, "the daemon's last line on the serial console", func() bool {
+		return strings.Contains(v.Serial(2), "slot released")
+	})
 	boot1, boot2 := v.Serial(1), v.Serial(2)
 	for _, c := range []struct{ log, want string }{
 		{boot1, "kured-host-vm: boot ID " + oldBoot},
