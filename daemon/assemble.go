@@ -32,7 +32,8 @@ type Setup struct {
 	Log       *slog.Logger
 	Notify    Notifier
 	UserAgent string
-	// BusAddress is the D-Bus to find logind on; "" is the system bus.
+	// BusAddress is the D-Bus to find logind and systemd on; "" is the
+	// system bus.
 	BusAddress string
 }
 
@@ -40,22 +41,22 @@ type Setup struct {
 // checks the permissions the lock needs, and builds the daemon.
 func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 	cfg, log := s.Config, s.Log
-	path, how, err := kube.Find(s.Root, cfg.Kubernetes.Kubeconfig)
+	kc, err := kube.Find(ctx, s.Root, cfg.Kubernetes.Kubeconfig, host.Units{Address: s.BusAddress})
 	if err != nil {
 		return nil, err
 	}
 	clock := kube.NewServerClock()
-	rest, err := kube.Config(path, s.UserAgent, clock)
+	rest, err := kc.Rest(s.UserAgent, clock)
 	if err != nil {
 		return nil, err
 	}
 	client, err := kubernetes.NewForConfig(rest)
 	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", path, err)
+		return nil, fmt.Errorf("client for %s: %w", kc.Path, err)
 	}
 	meta, err := metadata.NewForConfig(rest)
 	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", path, err)
+		return nil, fmt.Errorf("client for %s: %w", kc.Path, err)
 	}
 	node := cfg.Kubernetes.NodeName
 	if node == "" {
@@ -63,7 +64,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	log.Info("connected", "kubeconfig", path, "found_by", how, "server", rest.Host, "node", node)
+	log.Info("connected", "kubeconfig", kc.Path, "found_by", kc.How, "server", rest.Host, "node", node)
 	if err := lock.CheckAccess(ctx, client); err != nil {
 		return nil, err
 	}

@@ -60,7 +60,7 @@ func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	// Ages count on the API server's clock (claims' `since` is its time),
 	// which an admin's machine may not share.
 	clock := kube.NewServerClock()
-	client, err := statusClient(*kubeconfig, host.Root(*root), cfg.Kubernetes.Kubeconfig, clock)
+	client, err := statusClient(ctx, *kubeconfig, host.Root(*root), cfg.Kubernetes.Kubeconfig, clock)
 	if err != nil {
 		return err
 	}
@@ -105,21 +105,24 @@ func statusConfig(path string) (config.Config, status.Local, error) {
 }
 
 // statusClient connects with the given kubeconfig, else the kubelet's.
-func statusClient(kubeconfig string, root host.Root, configured string, clock *kube.ServerClock) (kubernetes.Interface, error) {
-	path := kubeconfig
-	if path == "" {
-		var err error
-		if path, _, err = kube.Find(root, configured); err != nil {
-			return nil, fmt.Errorf("%w (off the nodes, give an admin's kubeconfig with --kubeconfig)", err)
-		}
+func statusClient(ctx context.Context, kubeconfig string, root host.Root, configured string, clock *kube.ServerClock) (kubernetes.Interface, error) {
+	var kc kube.Kubeconfig
+	var err error
+	if kubeconfig != "" {
+		kc, err = kube.GivenKubeconfig(kubeconfig)
+	} else if kc, err = kube.Find(ctx, root, configured, host.Units{}); err != nil {
+		err = fmt.Errorf("%w (off the nodes, give an admin's kubeconfig with --kubeconfig)", err)
 	}
-	rest, err := kube.Config(path, "kured-host/"+version.Version+" (status)", clock)
+	if err != nil {
+		return nil, err
+	}
+	rest, err := kc.Rest("kured-host/"+version.Version+" (status)", clock)
 	if err != nil {
 		return nil, err
 	}
 	client, err := kubernetes.NewForConfig(rest)
 	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", path, err)
+		return nil, fmt.Errorf("client for %s: %w", kc.Path, err)
 	}
 	return client, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"slices"
 	"strings"
 
@@ -24,14 +23,11 @@ import (
 
 // FindKubeconfig finds the kubeconfig as `run` does (kube.Find), unless
 // override (--kubeconfig, a path as given, not under the host root) is set.
-func FindKubeconfig(root host.Root, configured, override string) (path, how string, err error) {
+func FindKubeconfig(ctx context.Context, root host.Root, configured, override string, units kube.ProcessLister) (kube.Kubeconfig, error) {
 	if override != "" {
-		if _, err := os.Stat(override); err != nil {
-			return "", "", fmt.Errorf("--kubeconfig: %w", err)
-		}
-		return override, "given with --kubeconfig", nil
+		return kube.GivenKubeconfig(override)
 	}
-	return kube.Find(root, configured)
+	return kube.Find(ctx, root, configured, units)
 }
 
 // Kubeconfig reports the kubeconfig found (path, how) and the server it

@@ -221,7 +221,8 @@ func TestKubeconfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path, how, err := FindKubeconfig(host.Root(tt.root), tt.configured, tt.given)
+			kc, err := FindKubeconfig(context.Background(), host.Root(tt.root), tt.configured, tt.given, nil)
+			path, how := kc.Path, kc.How
 			if path != tt.path || how != tt.how || (err == nil) != (tt.errPart == "") || (err != nil && !strings.Contains(err.Error(), tt.errPart)) {
 				t.Errorf("got %q, %q, %v; want %q, %q, %q", path, how, err, tt.path, tt.how, tt.errPart)
 			}

@@ -18,7 +18,8 @@ type Options struct {
 	Root host.Root
 	// Kubeconfig overrides the kubeconfig discovery (--kubeconfig).
 	Kubeconfig string
-	// BusAddress is the D-Bus to find logind on; "" is the system bus.
+	// BusAddress is the D-Bus to find logind and systemd on; "" is the
+	// system bus.
 	BusAddress string
 	UserAgent  string
 	// Timeout bounds each request to the API server and to D-Bus.
@@ -58,13 +59,15 @@ func Run(ctx context.Context, o Options, report func(Finding)) {
 // and the clock, with the node's own credentials as `run` uses them.
 func cluster(ctx context.Context, o Options, report func(Finding)) {
 	c := o.Config
-	path, how, err := FindKubeconfig(o.Root, c.Kubernetes.Kubeconfig, o.Kubeconfig)
+	fctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	kc, err := FindKubeconfig(fctx, o.Root, c.Kubernetes.Kubeconfig, o.Kubeconfig, host.Units{Address: o.BusAddress})
+	cancel()
 	if err != nil {
 		report(Kubeconfig("", "", "", err))
 		return
 	}
 	clock := kube.NewServerClock()
-	rest, err := kube.Config(path, o.UserAgent, clock)
+	rest, err := kc.Rest(o.UserAgent, clock)
 	if err != nil {
 		report(Kubeconfig("", "", "", err))
 		return
@@ -75,7 +78,7 @@ func cluster(ctx context.Context, o Options, report func(Finding)) {
 		report(Kubeconfig("", "", "", err))
 		return
 	}
-	report(Kubeconfig(path, how, rest.Host, nil))
+	report(Kubeconfig(kc.Path, kc.How, rest.Host, nil))
 	api := KubeAPI{Client: client}
 	f, node, asked := Identity(ctx, api, c.Kubernetes.NodeName)
 	report(f)

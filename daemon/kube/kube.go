@@ -4,14 +4,9 @@
 package kube
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,105 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/kured-host/kured-host/daemon/host"
 )
-
-// KnownPaths are where distributions keep the kubelet's kubeconfig.
-var KnownPaths = []string{
-	"/etc/kubernetes/kubelet.conf",                   // kubeadm
-	"/var/lib/kubelet/kubeconfig",                    // EKS, GKE, AKS, kops
-	"/var/lib/rancher/k3s/agent/kubelet.kubeconfig",  // k3s
-	"/var/lib/rancher/rke2/agent/kubelet.kubeconfig", // RKE2
-	"/var/lib/k0s/kubelet.conf",                      // k0s
-}
-
-// ErrNoKubeconfig means no kubeconfig was found.
-var ErrNoKubeconfig = errors.New("no kubelet kubeconfig found")
-
-// Find returns the kubeconfig to use and how it was found: the configured
-// path, else the running kubelet's --kubeconfig argument, else the first
-// known path that exists. Paths are looked up under root.
-func Find(root host.Root, configured string) (path, how string, err error) {
-	if configured != "" {
-		p := root.Path(configured)
-		if _, err := os.Stat(p); err != nil {
-			return "", "", fmt.Errorf("kubernetes.kubeconfig: %w", err)
-		}
-		return p, "configured (kubernetes.kubeconfig)", nil
-	}
-	if arg, pid := kubeletArg(root); arg != "" {
-		p := root.Path(arg)
-		if _, err := os.Stat(p); err == nil {
-			return p, fmt.Sprintf("the kubelet's --kubeconfig (pid %d)", pid), nil
-		}
-	}
-	for _, k := range KnownPaths {
-		p := root.Path(k)
-		if _, err := os.Stat(p); err == nil {
-			return p, "known path", nil
-		}
-	}
-	return "", "", fmt.Errorf("%w: no running kubelet with --kubeconfig, and none of %s exists; set kubernetes.kubeconfig",
-		ErrNoKubeconfig, strings.Join(KnownPaths, ", "))
-}
-
-// kubeletArg finds a running kubelet's --kubeconfig argument in
-// root/proc.
-func kubeletArg(root host.Root) (string, int) {
-	entries, err := os.ReadDir(root.Path("/proc"))
-	if err != nil {
-		return "", 0
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		raw, err := os.ReadFile(root.Path(filepath.Join("/proc", e.Name(), "cmdline")))
-		if err != nil || len(raw) == 0 {
-			continue
-		}
-		if arg := KubeletKubeconfig(strings.Split(string(bytes.TrimRight(raw, "\x00")), "\x00")); arg != "" {
-			return arg, pid
-		}
-	}
-	return "", 0
-}
-
-// KubeletKubeconfig returns the --kubeconfig argument of a kubelet command
-// line, or "" if argv is not a kubelet's.
-func KubeletKubeconfig(argv []string) string {
-	if len(argv) == 0 || filepath.Base(argv[0]) != "kubelet" {
-		return ""
-	}
-	for i, a := range argv[1:] {
-		switch {
-		case strings.HasPrefix(a, "--kubeconfig="):
-			return strings.TrimPrefix(a, "--kubeconfig=")
-		case a == "--kubeconfig" && i+2 < len(argv):
-			return argv[i+2]
-		}
-	}
-	return ""
-}
-
-// Config loads the kubeconfig. Client certificates given as files are
-// reloaded by client-go when they change, so the kubelet's certificate
-// rotation is followed.
-func Config(path, userAgent string, clock *ServerClock) (*rest.Config, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig %s: %w", path, err)
-	}
-	cfg.UserAgent = userAgent
-	Tune(cfg)
-	if clock != nil {
-		cfg.Wrap(clock.Wrap)
-	}
-	return cfg, nil
-}
 
 // Tune sets the daemon's client settings on cfg: a rate limit above
 // client-go's default (5/s, burst 10), which a drain of many pods would

@@ -1,88 +1,11 @@
 package kube
 
 import (
-	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/kured-host/kured-host/daemon/host"
 )
-
-func TestKubeletKubeconfig(t *testing.T) {
-	tests := []struct {
-		argv []string
-		want string
-	}{
-		{[]string{"/usr/bin/kubelet", "--config=/var/lib/kubelet/config.yaml", "--kubeconfig=/etc/kubernetes/kubelet.conf"}, "/etc/kubernetes/kubelet.conf"},
-		{[]string{"kubelet", "--kubeconfig", "/var/lib/kubelet/kubeconfig", "--v=2"}, "/var/lib/kubelet/kubeconfig"},
-		{[]string{"/usr/bin/kubelet", "--v=2"}, ""},
-		{[]string{"/usr/bin/kubelet", "--kubeconfig"}, ""},
-		{[]string{"/usr/bin/containerd", "--kubeconfig=/x"}, ""},
-		{nil, ""},
-	}
-	for _, tt := range tests {
-		if got := KubeletKubeconfig(tt.argv); got != tt.want {
-			t.Errorf("%q: got %q, want %q", tt.argv, got, tt.want)
-		}
-	}
-}
-
-func write(t *testing.T, root, p, body string) {
-	t.Helper()
-	full := filepath.Join(root, p)
-	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(full, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestFind(t *testing.T) {
-	t.Run("configured", func(t *testing.T) {
-		root := t.TempDir()
-		write(t, root, "/srv/kc", "x")
-		p, how, err := Find(host.Root(root), "/srv/kc")
-		if err != nil || p != filepath.Join(root, "/srv/kc") || !strings.Contains(how, "configured") {
-			t.Errorf("%s %s %v", p, how, err)
-		}
-		if _, _, err := Find(host.Root(root), "/srv/missing"); err == nil {
-			t.Error("a missing configured kubeconfig is not an error")
-		}
-	})
-	t.Run("the running kubelet's argument wins over known paths", func(t *testing.T) {
-		root := t.TempDir()
-		write(t, root, "/etc/kubernetes/kubelet.conf", "x")
-		write(t, root, "/opt/kubelet/kc", "x")
-		write(t, root, "/proc/4242/cmdline", "/usr/bin/kubelet\x00--kubeconfig=/opt/kubelet/kc\x00--v=2\x00")
-		write(t, root, "/proc/1/cmdline", "/sbin/init\x00")
-		write(t, root, "/proc/self/cmdline", "")
-		p, how, err := Find(host.Root(root), "")
-		if err != nil || p != filepath.Join(root, "/opt/kubelet/kc") || !strings.Contains(how, "pid 4242") {
-			t.Errorf("%s %s %v", p, how, err)
-		}
-	})
-	t.Run("known paths in order", func(t *testing.T) {
-		root := t.TempDir()
-		write(t, root, "/var/lib/rancher/k3s/agent/kubelet.kubeconfig", "x")
-		write(t, root, "/var/lib/k0s/kubelet.conf", "x")
-		p, _, err := Find(host.Root(root), "")
-		if err != nil || p != filepath.Join(root, "/var/lib/rancher/k3s/agent/kubelet.kubeconfig") {
-			t.Errorf("%s %v", p, err)
-		}
-	})
-	t.Run("none", func(t *testing.T) {
-		_, _, err := Find(host.Root(t.TempDir()), "")
-		if !errors.Is(err, ErrNoKubeconfig) || !strings.Contains(err.Error(), "set kubernetes.kubeconfig") {
-			t.Errorf("got %v", err)
-		}
-	})
-}
 
 func TestServerClock(t *testing.T) {
 	server := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

@@ -1,6 +1,7 @@
-// Package logindtest runs a private D-Bus daemon with a stand-in for
-// systemd-logind on it, implementing the Manager methods kured-host uses
-// (Reboot, ListInhibitors, CanReboot), for tests on a real bus.
+// Package logindtest runs a private D-Bus daemon with stand-ins on it for
+// systemd-logind, implementing the Manager methods kured-host uses
+// (Reboot, ListInhibitors, CanReboot), and for systemd's Manager
+// (GetUnitProcesses), for tests on a real bus.
 package logindtest
 
 import (
