@@ -2,7 +2,7 @@
 // (test/cluster/vmtest), from the read-only 9p share, as two systemd
 // services of the image (test/vm/guest):
 //
-//	kured-host-vm-guest kubelet --kubeconfig /etc/kubernetes/kubelet.conf
+//	kubelet --kubeconfig /etc/kubernetes/kubelet.conf  (a link named kubelet)
 //	kured-host-vm-guest agent --listen :7050
 //
 // kubelet is the stand-in for the node's kubelet, with the node's own
@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -42,18 +43,24 @@ func main() {
 	}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if len(os.Args) < 2 {
+	args := os.Args
+	// Run as kubelet, the name kured-host looks for in kubelet.service,
+	// as it would find a real kubelet.
+	if filepath.Base(args[0]) == "kubelet" {
+		args = append([]string{args[0], "kubelet"}, args[1:]...)
+	}
+	if len(args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: kured-host-vm-guest kubelet|agent [flags]")
 		os.Exit(2)
 	}
 	var err error
-	switch os.Args[1] {
+	switch args[1] {
 	case "kubelet":
-		err = runKubelet(ctx, log.With("component", "kubelet"), os.Args[2:])
+		err = runKubelet(ctx, log.With("component", "kubelet"), args[2:])
 	case "agent":
-		err = runAgent(ctx, log.With("component", "agent"), os.Args[2:])
+		err = runAgent(ctx, log.With("component", "agent"), args[2:])
 	default:
-		fmt.Fprintf(os.Stderr, "kured-host-vm-guest: unknown command %q\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "kured-host-vm-guest: unknown command %q\n", args[1])
 		os.Exit(2)
 	}
 	if err != nil {
