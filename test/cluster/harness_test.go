@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // One control plane serves every test of the package.
@@ -112,7 +111,7 @@ func TestSimHostRegistration(t *testing.T) {
 	}
 
 	// The kubeconfig is kubeadm-shaped and carries the node's identity.
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(h.Root, KubeconfigPath))
+	cfg, err := h.LoadKubeconfig()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +139,7 @@ func TestSimHostRegistration(t *testing.T) {
 	if err != nil || string(after) == string(before) {
 		t.Fatalf("certificate not rotated: %v", err)
 	}
-	cfg2, err := clientcmd.BuildConfigFromFlags("", filepath.Join(h.Root, KubeconfigPath))
+	cfg2, err := h.LoadKubeconfig()
 	if err != nil {
 		t.Fatal(err)
 	}

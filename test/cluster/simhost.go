@@ -17,7 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kured-host/kured-host/daemon/host"
+	"github.com/kured-host/kured-host/daemon/kube"
 )
 
 // Paths inside a host's root directory, as on a real node (kubeadm layout).
@@ -65,8 +67,13 @@ type SimHost struct {
 	Name string
 	// Root is the host's root directory; its files are at Root/<path>.
 	Root string
-	// Kubeconfig is the kubelet's kubeconfig (Root/etc/kubernetes/kubelet.conf).
+	// Kubeconfig is the kubelet's kubeconfig (Root/etc/kubernetes/kubelet.conf),
+	// which names the client certificate by its path on the host, as
+	// kubeadm's does: read it under Root.
 	Kubeconfig string
+	// ClientKubeconfig has the same credentials with the certificate's
+	// full path, for tools that do not know Root (status --kubeconfig).
+	ClientKubeconfig string
 	// Client and Config carry the node's own identity, system:node:<Name>.
 	Client kubernetes.Interface
 	Config *rest.Config
@@ -111,6 +118,7 @@ func (cp *ControlPlane) AddHost(ctx context.Context, o HostOptions) (*SimHost, e
 	}
 	h := &SimHost{Name: o.Name, cp: cp, opts: o, Root: filepath.Join(cp.Dir, "hosts", o.Name)}
 	h.Kubeconfig = filepath.Join(h.Root, KubeconfigPath)
+	h.ClientKubeconfig = h.Root + ".kubeconfig"
 	for _, d := range []string{"run", filepath.Dir(BootIDPath), filepath.Dir(KubeconfigPath), CertDir, filepath.Dir(rebootRequestPath)} {
 		if err := os.MkdirAll(filepath.Join(h.Root, d), 0o755); err != nil {
 			return nil, err
@@ -122,7 +130,7 @@ func (cp *ControlPlane) AddHost(ctx context.Context, o HostOptions) (*SimHost, e
 	if err := h.writeKubeconfig(); err != nil {
 		return nil, err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
+	cfg, err := h.LoadKubeconfig()
 	if err != nil {
 		return nil, fmt.Errorf("host %s: load kubeconfig: %w", o.Name, err)
 	}
@@ -173,10 +181,25 @@ func (h *SimHost) RotateCert() error {
 }
 
 // writeKubeconfig writes a kubeconfig shaped like kubeadm's kubelet.conf,
-// with the certificate and key in the rotating file.
+// with the certificate and key in the rotating file, and the same with
+// the file's full path (ClientKubeconfig).
 func (h *SimHost) writeKubeconfig() error {
-	cert := filepath.Join(h.Root, CurrentCert)
-	return os.WriteFile(h.Kubeconfig, KubeletConf(h.cp.ServerCA, h.cp.Server, cert), 0o600)
+	if err := os.WriteFile(h.Kubeconfig, KubeletConf(h.cp.ServerCA, h.cp.Server, "/"+CurrentCert), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(h.ClientKubeconfig, KubeletConf(h.cp.ServerCA, h.cp.Server, filepath.Join(h.Root, CurrentCert)), 0o600)
+}
+
+// LoadKubeconfig reads the host's kubeconfig as kured-host does under
+// --host-root Root: the certificate it names is the host's, found again
+// at each TLS handshake, so a rotation is followed.
+func (h *SimHost) LoadKubeconfig() (*rest.Config, error) {
+	cfg, err := kube.Kubeconfig{Path: h.Kubeconfig, How: "the simulated host's", Trust: kube.Configured, Root: host.Root(h.Root)}.Rest("kured-host-harness", nil)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ContentType, cfg.AcceptContentTypes = "", "" // JSON, as before
+	return cfg, nil
 }
 
 // KubeletConf is a kubeconfig shaped like kubeadm's kubelet.conf: the

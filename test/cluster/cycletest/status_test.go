@@ -231,7 +231,7 @@ func TestStatus(t *testing.T) {
 		}
 		// A node without kured-host's role may read only its own Node.
 		withoutNodeReader(t, ctx, func() {
-			code, _, errs := runStatus(t, ctx, "--kubeconfig", hosts["node-a2"].Kubeconfig, "--config", noConfig)
+			code, _, errs := runStatus(t, ctx, "--kubeconfig", hosts["node-a2"].ClientKubeconfig, "--config", noConfig)
 			t.Logf("on a node, without the role:\n%s", errs)
 			if code != 1 || !strings.Contains(errs, "system:node:node-a2 may not get, list, watch Nodes") ||
 				!strings.Contains(errs, "a node may read only its own Node") || !strings.Contains(errs, "\n  kured-host rbac | kubectl apply -f -\n") {
