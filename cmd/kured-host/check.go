@@ -52,7 +52,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if done, err := f.parse(args, stdout); done {
 		return err
 	}
-	l, err := config.Load(*path)
+	l, err := config.Load(*path, configTrust())
 	if err != nil {
 		return err
 	}
