@@ -83,6 +83,9 @@ func hasRest(u *url.URL) bool {
 // String is URL for a URL in text form. Text that does not parse as a URL
 // is hidden whole, but for its scheme.
 func String(raw string) string {
+	if raw == "" {
+		return ""
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		if scheme, _, ok := strings.Cut(raw, "://"); ok && schemeRE.MatchString(scheme) {

@@ -72,6 +72,7 @@ func TestString(t *testing.T) {
 		"https://u:p@h:9090/x":  "https://…@h:9090/…",
 		"https://u:p/ss@h:9090": "https://…",
 		"%zz":                   "…",
+		"":                      "",
 	} {
 		if got := String(in); got != want {
 			t.Errorf("String(%q) = %q, want %q", in, got, want)
