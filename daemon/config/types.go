@@ -17,8 +17,8 @@ import (
 
 // Each value type below reads itself from a TOML string and writes itself
 // back in the same form, so that Marshal writes a file that loads again
-// (URL shows itself redacted everywhere else). want() is what the loader says a value of that type should look
-// like when it finds something else.
+// (URL shows itself redacted everywhere else). want() is what the loader
+// says a value of that type should look like when it finds something else.
 
 // Duration is a time.Duration written as a Go duration string ("90s", "10m").
 // A bare integer is rejected rather than read as nanoseconds, which is what
