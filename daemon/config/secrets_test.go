@@ -65,8 +65,10 @@ func TestRenderRedacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameConfig(t, l2.Config, l.Config)
-	if !strings.Contains(string(data), "pr0mPassw0rd") {
-		t.Errorf("Marshal lost the password:\n%s", data)
+	for _, w := range []string{"pr0mPassw0rd", "K3YK3YK3Y", "xoxbT0ken"} {
+		if !strings.Contains(string(data), w) {
+			t.Errorf("after Render, Marshal lost %q:\n%s", w, data)
+		}
 	}
 }
 
