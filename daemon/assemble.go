@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -163,10 +162,7 @@ func blockersFor(cfg config.Config, client kubernetes.Interface, node string, lo
 		bs = append(bs, p)
 	}
 	if prom := cfg.Blockers.Prometheus; prom.URL.URL() != nil {
-		bs = append(bs, &block.Alerts{
-			URL: prom.URL.URL(), Filter: prom.AlertFilterRegexp.Regexp(), MatchOnly: prom.AlertFilterMatchOnly,
-			FiringOnly: prom.AlertFiringOnly, Client: &http.Client{Timeout: prom.Timeout.Std()},
-		})
+		bs = append(bs, block.NewAlerts(prom))
 	}
 	if cfg.Blockers.Inhibitors {
 		bs = append(bs, &block.Inhibitors{Logind: logind})

@@ -791,8 +791,8 @@ func Plan(c config.Config) []string {
 	if c.Blockers.Inhibitors {
 		blockers = append(blockers, "logind shutdown inhibitors")
 	}
-	if u := c.Blockers.Prometheus.URL.URL(); u != nil {
-		blockers = append(blockers, "alerts in "+u.String())
+	if u := c.Blockers.Prometheus.URL; u.URL() != nil {
+		blockers = append(blockers, "alerts in "+u.String()) // redacted
 	}
 	if len(blockers) > 0 {
 		add("blocked by %s", strings.Join(blockers, ", "))

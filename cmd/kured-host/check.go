@@ -20,14 +20,16 @@ reporting every problem with its file, key and line; then checks, without
 starting the daemon, everything it needs on this host and in the cluster,
 one line each ("ok", "warn" or "fail"): the kubelet kubeconfig and how it
 was found, the node's identity, every permission the daemon uses, the
-clock against the API server's, the reboot sentinel, the boot ID, logind
-on the system bus, the metrics address.
+clock against the API server's, the reboot sentinel, the boot ID,
+Prometheus (if it blocks reboots), logind on the system bus, the metrics
+address (a warning if it listens on every interface).
 
 --config-only prints the effective configuration instead, with where each
-value came from, and checks nothing else.
+value came from (URLs redacted), and checks nothing else.
 
 Run it as root, as the service runs: the kubelet's kubeconfig is readable
-by root only.
+by root only. As root, a configuration file, config.d or a drop-in that
+another user than root could write is refused, as the daemon refuses it.
 
 Exit status: 0 all ok (or warnings), 1 a check failed, 2 invalid configuration.`
 
@@ -52,7 +54,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if done, err := f.parse(args, stdout); done {
 		return err
 	}
-	l, err := config.Load(*path)
+	l, err := config.Load(*path, configTrust())
 	if err != nil {
 		return err
 	}

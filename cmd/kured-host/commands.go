@@ -24,6 +24,10 @@ const (
 	exitUsage   = 2 // bad configuration or usage
 )
 
+// configTrust is the rule for who may write the configuration: as root,
+// root alone (config.TrustFor). Tests replace it to act as root.
+var configTrust = func() config.Trust { return config.TrustFor(os.Geteuid()) }
+
 // usageError is a mistake on the command line.
 type usageError struct{ msg string }
 
@@ -135,7 +139,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if done, err := f.parse(args, stdout); done {
 		return err
 	}
-	l, err := config.Load(*path)
+	l, err := config.Load(*path, configTrust())
 	if err != nil {
 		return err
 	}

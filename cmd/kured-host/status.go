@@ -88,7 +88,7 @@ func statusConfig(path string) (config.Config, status.Local, error) {
 		c := config.Default()
 		return c, status.Local{Lock: c.Lock}, nil
 	}
-	l, err := config.Load(path)
+	l, err := config.Load(path, configTrust())
 	if err != nil {
 		return config.Config{}, status.Local{}, err
 	}

@@ -1,31 +1,78 @@
 package block
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/redact"
 )
 
 // Alerts blocks while Prometheus has active alerts, as kured does: alerts
 // whose names match Filter are ignored, or, with MatchOnly, are the only
 // ones that count; with FiringOnly, pending alerts do not count.
+//
+// The URL may hold credentials: it is only ever shown redacted, in the
+// errors too. The credential files are read at each request, so that a
+// rotated secret is used without a restart; a file that cannot be read is
+// an error, which blocks (Check). Their content is never shown.
 type Alerts struct {
 	URL        *url.URL
 	Filter     *regexp.Regexp
 	MatchOnly  bool
 	FiringOnly bool
-	Client     *http.Client
+	// Username and PasswordFile are basic authentication; BearerTokenFile
+	// holds a bearer token. Empty: none (a user name and password in the
+	// URL still count, as net/http sends them).
+	Username, PasswordFile, BearerTokenFile string
+	// CAFile is a PEM bundle trusted instead of the system's roots.
+	CAFile string
+	// Timeout bounds each request.
+	Timeout time.Duration
+	// Client, if set and CAFile is not, is used as it is (tests).
+	Client *http.Client
+
+	mu     sync.Mutex
+	caPEM  []byte       // CAFile's content when client was built
+	client *http.Client // for CAFile
 }
 
 var _ Blocker = (*Alerts)(nil)
 
+// NewAlerts is the blocker for c, which must have a URL.
+func NewAlerts(c config.PrometheusConfig) *Alerts {
+	return &Alerts{
+		URL: c.URL.URL(), Filter: c.AlertFilterRegexp.Regexp(), MatchOnly: c.AlertFilterMatchOnly, FiringOnly: c.AlertFiringOnly,
+		Username: c.Username, PasswordFile: c.PasswordFile, BearerTokenFile: c.BearerTokenFile, CAFile: c.CAFile,
+		Timeout: c.Timeout.Std(),
+	}
+}
+
 // Kind implements Blocker.
 func (a *Alerts) Kind() string { return "alerts" }
+
+// MaxReply bounds the reply read from Prometheus: a list of alerts is far
+// smaller, and whatever answers at the URL must not fill the memory.
+const MaxReply = 4 << 20
+
+// maxFile bounds a credential or CA file, for the same reason.
+const maxFile = 1 << 20
 
 type alertsResponse struct {
 	Status string `json:"status"`
@@ -40,25 +87,9 @@ type alertsResponse struct {
 
 // Check implements Blocker.
 func (a *Alerts) Check(ctx context.Context) (string, error) {
-	u := a.URL.JoinPath("api", "v1", "alerts")
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	r, err := a.fetch(ctx)
 	if err != nil {
 		return "", err
-	}
-	resp, err := a.Client.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("ask Prometheus for alerts: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("ask Prometheus for alerts: %s: %s", u, resp.Status)
-	}
-	var r alertsResponse
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return "", fmt.Errorf("read Prometheus alerts: %w", err)
-	}
-	if r.Status != "success" {
-		return "", fmt.Errorf("prometheus answered %q: %s", r.Status, r.Error)
 	}
 	var names []string
 	for _, al := range r.Data.Alerts {
@@ -78,4 +109,171 @@ func (a *Alerts) Check(ctx context.Context) (string, error) {
 	}
 	slices.Sort(names)
 	return "active Prometheus alerts: " + strings.Join(names, ", "), nil
+}
+
+// fetch asks Prometheus for its alerts. Every error names the URL
+// redacted and never holds its secrets.
+func (a *Alerts) fetch(ctx context.Context) (*alertsResponse, error) {
+	shown := redact.URL(a.URL)
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("ask Prometheus at %s for alerts: %s", shown, fmt.Sprintf(format, args...))
+	}
+	client, err := a.httpClient()
+	if err != nil {
+		return nil, fail("%v", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.URL.JoinPath("api", "v1", "alerts").String(), nil)
+	if err != nil {
+		return nil, fail("%v", redact.Error(err, a.URL))
+	}
+	if err := a.authorize(req); err != nil {
+		return nil, fail("%v", err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		// net/http's *url.Error repeats the request's URL, query and
+		// user name included: keep only what went wrong.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, fmt.Errorf("ask Prometheus at %s for alerts: %w", shown, redact.Error(err, a.URL))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg := fmt.Sprintf("it answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			msg += "; check the credentials (blockers.prometheus.username and password_file, bearer_token_file, or those in the URL)"
+		}
+		return nil, fail("%s", msg)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxReply+1))
+	if err != nil {
+		return nil, fail("read the reply: %v", redact.Error(err, a.URL))
+	}
+	if len(body) > MaxReply {
+		return nil, fail("the reply is larger than %d MiB; is this the URL of a Prometheus server?", MaxReply>>20)
+	}
+	var r alertsResponse
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fail("the reply is not Prometheus's JSON: %v", err)
+	}
+	if r.Status != "success" {
+		return nil, fail("it answered %q: %q", clip(r.Status), clip(r.Error))
+	}
+	return &r, nil
+}
+
+// clip shortens text from outside for a one-line message.
+func clip(s string) string {
+	const most = 200
+	if len(s) > most {
+		return s[:most] + "…"
+	}
+	return s
+}
+
+// authorize sets the Authorization header from the credential files.
+func (a *Alerts) authorize(req *http.Request) error {
+	switch {
+	case a.PasswordFile != "":
+		pass, err := readSecret("blockers.prometheus.password_file", a.PasswordFile)
+		if err != nil {
+			return err
+		}
+		req.SetBasicAuth(a.Username, pass)
+	case a.BearerTokenFile != "":
+		token, err := readSecret("blockers.prometheus.bearer_token_file", a.BearerTokenFile)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return nil
+}
+
+// httpClient is Client, or one that trusts CAFile's certificates, built
+// again when the file's content changes.
+func (a *Alerts) httpClient() (*http.Client, error) {
+	if a.CAFile == "" {
+		if a.Client != nil {
+			return a.Client, nil
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.client == nil {
+			a.client = &http.Client{Timeout: a.Timeout}
+		}
+		return a.client, nil
+	}
+	const key = "blockers.prometheus.ca_file"
+	pem, err := readFile(key, a.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.client != nil && bytes.Equal(pem, a.caPEM) {
+		return a.client, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate in it", key, a.CAFile)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if a.client != nil {
+		a.client.CloseIdleConnections()
+	}
+	a.client, a.caPEM = &http.Client{Transport: t, Timeout: a.Timeout}, pem
+	return a.client, nil
+}
+
+// readSecret reads a password or token: the file's content without
+// surrounding white space. Errors name key and file, never the content.
+func readSecret(key, path string) (string, error) {
+	data, err := readFile(key, path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSpace(string(data))
+	switch {
+	case s == "":
+		return "", fmt.Errorf("%s %s: the file is empty", key, path)
+	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return "", fmt.Errorf("%s %s: the file has more than one line, or control characters", key, path)
+	}
+	return s, nil
+}
+
+// readFile reads a regular file of at most maxFile bytes.
+func readFile(key, path string) ([]byte, error) {
+	fail := func(err error) ([]byte, error) {
+		var perr *fs.PathError
+		if errors.As(err, &perr) {
+			err = perr.Err
+		}
+		return nil, fmt.Errorf("%s %s: %w", key, path, err)
+	}
+	// O_NONBLOCK: a FIFO must not hold the check up.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fail(err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fail(errors.New("not a regular file"))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return fail(err)
+	}
+	if len(data) > maxFile {
+		return fail(fmt.Errorf("larger than %d MiB", maxFile>>20))
+	}
+	return data, nil
 }

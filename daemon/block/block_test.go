@@ -2,15 +2,28 @@ package block
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
+	"io"
+	"log"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/host/logindtest"
 )
@@ -179,5 +192,223 @@ func TestInhibitors(t *testing.T) {
 	bus.Stop()
 	if _, err := b.Check(ctx); err == nil || errors.Is(err, context.Canceled) {
 		t.Errorf("with the bus gone: %v", err)
+	}
+}
+
+// The secrets of the tests below; no error may show them.
+const (
+	promUser     = "kured"
+	promPassword = "pr0mPassw0rd"
+	promToken    = "b3arerT0ken"
+	queryToken   = "qu3ryT0ken"
+)
+
+func noSecret(t *testing.T, s string) {
+	t.Helper()
+	for _, w := range []string{promPassword, promToken, queryToken, "alice"} {
+		if strings.Contains(s, w) {
+			t.Errorf("%q shows %q", s, w)
+		}
+	}
+}
+
+// authProm answers /api/v1/alerts with no alerts to requests whose
+// Authorization header is want, and 401 to the others.
+func authProm(t *testing.T, tlsServer bool, want string) *httptest.Server {
+	t.Helper()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != want {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"success","data":{"alerts":[]}}`))
+	})
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected
+	if tlsServer {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestAlertsCredentials(t *testing.T) {
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(promUser+":"+promPassword))
+	bearer := "Bearer " + promToken
+	passFile := writeFile(t, "pass", promPassword+"\n")
+	tokenFile := writeFile(t, "token", "  "+promToken+"\n")
+	emptyFile := writeFile(t, "empty", "\n")
+	parse := func(s string) *url.URL {
+		u, err := url.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	tests := []struct {
+		name string
+		want string // the Authorization header the server accepts
+		a    func(srv string) *Alerts
+		err  string // in the error; "" for none
+	}{
+		{"password file", basic, func(srv string) *Alerts {
+			return &Alerts{URL: parse(srv), Username: promUser, PasswordFile: passFile}
+		}, ""},
+		{"bearer token file", bearer, func(srv string) *Alerts { return &Alerts{URL: parse(srv), BearerTokenFile: tokenFile} }, ""},
+		{"password in the URL", basic, func(srv string) *Alerts {
+			u := parse(srv)
+			u.User = url.UserPassword(promUser, promPassword)
+			return &Alerts{URL: u}
+		}, ""},
+		{"wrong password in the URL, token in the query", basic, func(srv string) *Alerts {
+			u := parse(srv + "/?token=" + queryToken)
+			u.User = url.UserPassword("alice", promPassword+"x")
+			return &Alerts{URL: u}
+		}, "it answered 401 Unauthorized; check the credentials"},
+		{"password file gone", basic, func(srv string) *Alerts {
+			return &Alerts{URL: parse(srv), Username: promUser, PasswordFile: passFile + ".gone"}
+		}, "blockers.prometheus.password_file " + passFile + ".gone: no such file or directory"},
+		{"empty token file", bearer, func(srv string) *Alerts {
+			return &Alerts{URL: parse(srv), BearerTokenFile: emptyFile}
+		}, "blockers.prometheus.bearer_token_file " + emptyFile + ": the file is empty"},
+		{"a directory as the token file", bearer, func(srv string) *Alerts {
+			return &Alerts{URL: parse(srv), BearerTokenFile: t.TempDir()}
+		}, "not a regular file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := authProm(t, false, tt.want)
+			a := tt.a(srv.URL)
+			a.Timeout = 5 * time.Second
+			reason, err := a.Check(context.Background())
+			if tt.err == "" {
+				if err != nil || reason != "" {
+					t.Fatalf("Check = %q, %v", reason, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), "ask Prometheus at http://") {
+				t.Errorf("the error does not name the Prometheus: %v", err)
+			}
+			if !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("err = %v, want %q in it", err, tt.err)
+			}
+			noSecret(t, err.Error())
+		})
+	}
+}
+
+// TestAlertsErrorsHideTheURL: a refused connection (net/http's *url.Error
+// has the URL with its query) and a timeout show the URL redacted.
+func TestAlertsErrorsHideTheURL(t *testing.T) {
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+	}))
+	t.Cleanup(slow.Close)
+	for _, raw := range []string{
+		"http://alice:" + promPassword + "@127.0.0.1:1/prom/?token=" + queryToken,
+		strings.Replace(slow.URL, "http://", "http://alice:"+promPassword+"@", 1) + "/?token=" + queryToken,
+	} {
+		u, _ := url.Parse(raw)
+		a := &Alerts{URL: u, Timeout: 100 * time.Millisecond}
+		_, err := a.Check(context.Background())
+		if err == nil {
+			t.Fatalf("%s: no error", raw)
+		}
+		noSecret(t, err.Error())
+		if !strings.Contains(err.Error(), "http://…@127.0.0.1:") {
+			t.Errorf("the error does not show the redacted URL: %v", err)
+		}
+	}
+}
+
+func TestAlertsCAFile(t *testing.T) {
+	srv := authProm(t, true, "")
+	u, _ := url.Parse(srv.URL)
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	ca := writeFile(t, "ca.pem", string(certPEM))
+	a := &Alerts{URL: u, CAFile: ca, Timeout: 5 * time.Second}
+	if reason, err := a.Check(context.Background()); err != nil || reason != "" {
+		t.Fatalf("with the server's certificate: %q, %v", reason, err)
+	}
+	// Rotated to another CA: the next request uses it.
+	if err := os.WriteFile(ca, otherCA(t), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("after the CA file changed: %v, want a certificate error", err)
+	}
+	if err := os.WriteFile(ca, []byte("not PEM"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Check(context.Background()); err == nil || !strings.Contains(err.Error(), "blockers.prometheus.ca_file "+ca+": no PEM certificate in it") {
+		t.Errorf("a CA file without PEM: %v", err)
+	}
+	a = &Alerts{URL: u, Timeout: 5 * time.Second}
+	if _, err := a.Check(context.Background()); err == nil {
+		t.Error("the system's roots trusted the test server")
+	}
+}
+
+// otherCA is a self-signed CA certificate in PEM that signed nothing.
+func otherCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func TestAlertsReplyIsBounded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"status":"success","data":{"alerts":[`))
+		item := []byte(`{"labels":{"alertname":"A"},"state":"firing"},`)
+		for n := 0; n <= MaxReply/len(item)+1; n++ {
+			if _, err := w.Write(item); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	_, err := (&Alerts{URL: u, Timeout: 10 * time.Second}).Check(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "the reply is larger than 4 MiB") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestNewAlerts(t *testing.T) {
+	c := config.Default().Blockers.Prometheus
+	if err := c.URL.UnmarshalText([]byte("https://prom:9090")); err != nil {
+		t.Fatal(err)
+	}
+	c.Username, c.PasswordFile, c.CAFile = "kured", "/p", "/ca.pem"
+	a := NewAlerts(c)
+	if a.URL.Host != "prom:9090" || a.Username != "kured" || a.PasswordFile != "/p" || a.CAFile != "/ca.pem" || a.Timeout != 30*time.Second {
+		t.Errorf("NewAlerts = %+v", a)
 	}
 }

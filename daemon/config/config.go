@@ -88,9 +88,20 @@ type BlockersConfig struct {
 	Prometheus   PrometheusConfig `toml:"prometheus"`
 }
 
-// PrometheusConfig blocks reboots while alerts fire.
+// PrometheusConfig blocks reboots while alerts fire. The credential files
+// are read at each request, so that a rotated secret is used without a
+// restart.
 type PrometheusConfig struct {
-	URL                  URL      `toml:"url"`
+	URL URL `toml:"url"`
+	// Username and PasswordFile are HTTP basic authentication; the
+	// password is the file's content without surrounding white space.
+	Username     string `toml:"username"`
+	PasswordFile string `toml:"password_file"`
+	// BearerTokenFile holds a token sent as "Authorization: Bearer".
+	BearerTokenFile string `toml:"bearer_token_file"`
+	// CAFile is a PEM bundle: the only certificates trusted for an
+	// https URL; empty means the system's.
+	CAFile               string   `toml:"ca_file"`
 	AlertFilterRegexp    Regexp   `toml:"alert_filter_regexp"`
 	AlertFilterMatchOnly bool     `toml:"alert_filter_match_only"`
 	AlertFiringOnly      bool     `toml:"alert_firing_only"`

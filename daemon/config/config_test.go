@@ -100,6 +100,8 @@ func TestMarshalRoundTrip(t *testing.T) {
 	c.Node.PreRebootLabels = map[string]string{"example.com/rebooting": "true"}
 	c.Notify.TemplateDrain = MustTemplate("drain {{.Node}}")
 	c.Drain.Timeout = Duration(90 * time.Second)
+	c.Blockers.Prometheus.URL = mustURL(`https://u:p%22%5C@prom:9090/x?q="a\b"`)
+	c.Notify.URLs = []URL{mustURL("slack://hook:t0ken@webhook")}
 	data, err := Marshal(c)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +132,7 @@ func TestBadConfigs(t *testing.T) {
 	for _, f := range files {
 		name := strings.TrimSuffix(strings.TrimPrefix(f, "testdata/bad/"), ".toml")
 		t.Run(name, func(t *testing.T) {
-			_, err := Load(f)
+			_, err := Load(f, Trust{})
 			var cerr *Error
 			if !errors.As(err, &cerr) {
 				t.Fatalf("Load(%s) = %v, want a configuration error", f, err)
@@ -163,7 +165,7 @@ func TestDropIns(t *testing.T) {
 	write("config.d/10-early.toml", "[lock]\nconcurrency = 3\ngroups = []\n\n[node.pre_reboot_labels]\n\"example.com/b\" = \"2\"\n")
 	write("config.d/ignored.conf", "this is not read")
 
-	l, err := Load(main)
+	l, err := Load(main, Trust{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +196,7 @@ func TestRender(t *testing.T) {
 	if err := os.WriteFile(main, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l, err := Load(main)
+	l, err := Load(main, Trust{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,6 +255,24 @@ func TestValidate(t *testing.T) {
 		{"relative kubeconfig", func(c *Config) { c.Kubernetes.Kubeconfig = "kubelet.conf" }, []string{"kubernetes.kubeconfig"}},
 		{"log format", func(c *Config) { c.Log.Format = "logfmt" }, []string{"log.format"}},
 		{"version", func(c *Config) { c.Version = 2 }, []string{"version"}},
+		{"prometheus password file", func(c *Config) {
+			c.Blockers.Prometheus.URL = mustURL("https://prom:9090")
+			c.Blockers.Prometheus.Username, c.Blockers.Prometheus.PasswordFile = "kured", "/etc/kured-host/prometheus.pass"
+		}, nil},
+		{"password file without user name", func(c *Config) { c.Blockers.Prometheus.PasswordFile = "/p" }, []string{"blockers.prometheus.username"}},
+		{"user name without password file", func(c *Config) { c.Blockers.Prometheus.Username = "kured" }, []string{"blockers.prometheus.password_file"}},
+		{"password and token", func(c *Config) {
+			c.Blockers.Prometheus.Username, c.Blockers.Prometheus.PasswordFile, c.Blockers.Prometheus.BearerTokenFile = "k", "/p", "/t"
+		}, []string{"blockers.prometheus.bearer_token_file"}},
+		{"relative credential file", func(c *Config) { c.Blockers.Prometheus.BearerTokenFile = "token" }, []string{"blockers.prometheus.bearer_token_file"}},
+		{"credentials in the URL and a file", func(c *Config) {
+			c.Blockers.Prometheus.URL = mustURL("https://u:p@prom:9090")
+			c.Blockers.Prometheus.BearerTokenFile = "/t"
+		}, []string{"blockers.prometheus.url"}},
+		{"CA file for http", func(c *Config) {
+			c.Blockers.Prometheus.URL = mustURL("http://prom:9090")
+			c.Blockers.Prometheus.CAFile = "/ca.pem"
+		}, []string{"blockers.prometheus.ca_file"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -273,6 +293,14 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+func mustURL(s string) URL {
+	var u URL
+	if err := u.UnmarshalText([]byte(s)); err != nil {
+		panic(err)
+	}
+	return u
 }
 
 func TestValueTypes(t *testing.T) {
@@ -354,7 +382,7 @@ func TestUnknownKeySuggestions(t *testing.T) {
 }
 
 func TestMissingFile(t *testing.T) {
-	_, err := Load(filepath.Join(t.TempDir(), "nope.toml"))
+	_, err := Load(filepath.Join(t.TempDir(), "nope.toml"), Trust{})
 	var cerr *Error
 	if !errors.As(err, &cerr) || !strings.Contains(err.Error(), "file not found") {
 		t.Fatalf("got %v", err)

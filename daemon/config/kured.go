@@ -38,7 +38,7 @@ var KuredOptions = []KuredOption{
 	{"--reboot-command", "reboot.command", "An argv array; runs directly on the host (no nsenter)."},
 	{"--reboot-signal", "", "Not needed: the signal method exists because a container cannot call logind; a host service can."},
 	{"--blocking-pod-selector", "blockers.pod_selectors", "An array of selectors; any match on this node blocks."},
-	{"--prometheus-url", "blockers.prometheus.url", ""},
+	{"--prometheus-url", "blockers.prometheus.url", "Credentials go in `blockers.prometheus.username` and `password_file`, or `bearer_token_file`, rather than in the URL; `ca_file` for a private CA. Shown redacted everywhere."},
 	{"--alert-filter-regexp", "blockers.prometheus.alert_filter_regexp", ""},
 	{"--alert-filter-match-only", "blockers.prometheus.alert_filter_match_only", ""},
 	{"--alert-firing-only", "blockers.prometheus.alert_firing_only", ""},

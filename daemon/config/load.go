@@ -9,10 +9,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/kured-host/kured-host/daemon/redact"
 )
 
 // Loaded is a validated configuration and where each of its keys came from.
@@ -27,24 +28,35 @@ type Loaded struct {
 
 // Load reads the file at path and then every *.toml file in the config.d
 // directory next to it, in lexical order, over Default(). A later file wins
-// key by key: tables merge, while an array is replaced as a whole. Every
-// problem in every file is reported in one *Error.
-func Load(path string) (*Loaded, error) {
-	dropIns, err := filepath.Glob(filepath.Join(DropInDir(path), "*.toml"))
-	if err != nil {
-		return nil, fmt.Errorf("list drop-ins: %w", err)
+// key by key: tables merge, while an array is replaced as a whole. With
+// t.Enforce, a file or directory that another user than t.Owner could
+// have written is refused (see Trust). Every problem in every file is
+// reported in one *Error.
+func Load(path string, t Trust) (*Loaded, error) {
+	ps := &problems{}
+	dir, dropInDir := filepath.Dir(path), DropInDir(path)
+	if err := t.checkDir(dir); err != nil {
+		ps.add(Origin{File: dir}, "", "%v", err)
 	}
-	sort.Strings(dropIns)
-	return LoadFiles(append([]string{path}, dropIns...)...)
+	dropIns, err := t.dropIns(dropInDir)
+	if err != nil {
+		ps.add(Origin{File: dropInDir}, "", "%s", strings.TrimPrefix(err.Error(), "open "+dropInDir+": "))
+	}
+	ps.files = append([]string{dir, path, dropInDir}, dropIns...)
+	return load(append([]string{path}, dropIns...), t.readFile, ps)
 }
 
 // LoadFiles decodes the given files in order over Default() and validates
-// the result.
+// the result. It checks no owner or mode (tests and tools); the daemon
+// and the commands use Load.
 func LoadFiles(paths ...string) (*Loaded, error) {
+	return load(paths, os.ReadFile, &problems{files: paths})
+}
+
+func load(paths []string, read func(string) ([]byte, error), ps *problems) (*Loaded, error) {
 	l := &Loaded{Config: Default(), Origins: map[string]Origin{}}
-	ps := &problems{files: paths}
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
+		data, err := read(p)
 		if err != nil {
 			msg := err.Error()
 			if errors.Is(err, fs.ErrNotExist) {
@@ -56,13 +68,38 @@ func LoadFiles(paths ...string) (*Loaded, error) {
 		l.Files = append(l.Files, p)
 		decodeFile(p, data, &l.Config, l.Origins, ps)
 	}
-	l.Config.validate(func(key, format string, args ...any) {
+	report := func(key, format string, args ...any) {
 		ps.add(l.origin(key), key, format, args...)
-	})
+	}
+	l.Config.validate(report)
+	l.Config.checkFiles(report)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// checkFiles reports a credential file that does not exist or is not a
+// regular file, when the Prometheus blocker is on. Whether it can be read
+// is left to the request (and to `kured-host check`): a user other than
+// root may validate a configuration whose secrets only root may read.
+func (c *Config) checkFiles(report reportFunc) {
+	if c.Blockers.Prometheus.URL.URL() == nil {
+		return
+	}
+	for _, f := range c.Blockers.Prometheus.files() {
+		if f.path == "" || !filepath.IsAbs(f.path) {
+			continue
+		}
+		switch fi, err := os.Stat(f.path); {
+		case errors.Is(err, fs.ErrNotExist):
+			report(f.key, "%s: file not found", f.path)
+		case err != nil:
+			report(f.key, "%v", err)
+		case !fi.Mode().IsRegular():
+			report(f.key, "%s: not a regular file", f.path)
+		}
+	}
 }
 
 // origin returns where key (or the nearest enclosing key) was set.
@@ -226,8 +263,14 @@ func (d *decoder) leaf(p toml.Primitive, key string, rv reflect.Value, elem int)
 func (d *decoder) wrongType(p toml.Primitive, key string, t reflect.Type, elem int) {
 	var raw any
 	_ = d.md.PrimitiveDecode(p, &raw)
-	d.ps.add(d.at(p, key, elem), key, "expected %s, got %s", want(t), describe(raw))
+	got := describe(raw)
+	if s, ok := raw.(string); ok && (t == urlType || t.Kind() == reflect.Slice && t.Elem() == urlType) {
+		got = fmt.Sprintf("the string %q (redacted)", redact.String(s))
+	}
+	d.ps.add(d.at(p, key, elem), key, "expected %s, got %s", want(t), got)
 }
+
+var urlType = reflect.TypeFor[URL]()
 
 // forget drops the origins of a replaced array's old elements.
 func (d *decoder) forget(key string) {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -10,12 +11,14 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/kured-host/kured-host/daemon/redact"
 )
 
 // Each value type below reads itself from a TOML string and writes itself
-// back in the same form, so `kured-host check` prints a file that loads
-// again. want() is what the loader says a value of that type should look
-// like when it finds something else.
+// back in the same form, so that Marshal writes a file that loads again
+// (URL shows itself redacted everywhere else). want() is what the loader
+// says a value of that type should look like when it finds something else.
 
 // Duration is a time.Duration written as a Go duration string ("90s", "10m").
 // A bare integer is rejected rather than read as nanoseconds, which is what
@@ -250,14 +253,25 @@ func (r Regexp) String() string {
 func (r Regexp) Equal(o Regexp) bool { return r.String() == o.String() }
 
 // URL is an absolute URL with a scheme ("https://prometheus:9090",
-// "slack://token@channel").
+// "slack://token@channel"). Such URLs often carry credentials, so a URL
+// shows itself redacted everywhere (String, MarshalText: fmt, slog, JSON)
+// except in the TOML that Marshal writes, which must load back to the same
+// configuration; see daemon/redact for what is hidden.
 type URL struct {
 	u *url.URL
+	// hide makes MarshalTOML write the redacted form (Render).
+	hide bool
 }
 
 func (URL) want() string { return `a URL string such as "https://example.com/"` }
 
-// UnmarshalText implements encoding.TextUnmarshaler.
+// quoted matches the quoted parts of url.Parse's errors: they repeat parts
+// of the URL, which may be a password ("https://user:pa/ss@host" fails
+// with invalid port ":pa").
+var quoted = regexp.MustCompile(`"[^"]*"`)
+
+// UnmarshalText implements encoding.TextUnmarshaler. Its errors never
+// repeat the value.
 func (u *URL) UnmarshalText(b []byte) error {
 	if len(b) == 0 {
 		*u = URL{}
@@ -265,22 +279,45 @@ func (u *URL) UnmarshalText(b []byte) error {
 	}
 	v, err := url.Parse(string(b))
 	if err != nil {
-		return fmt.Errorf("invalid URL: %w", err)
+		var uerr *url.Error
+		why := "it cannot be parsed"
+		if errors.As(err, &uerr) {
+			why = quoted.ReplaceAllString(uerr.Err.Error(), `"…"`)
+		}
+		return fmt.Errorf("invalid URL (not shown, as it may hold credentials): %s; "+
+			"in a user name or password, write / as %%2F, @ as %%40 and : as %%3A", why)
 	}
 	if v.Scheme == "" {
-		return fmt.Errorf("invalid URL %q: it has no scheme (such as \"https://\")", b)
+		return errors.New(`invalid URL (not shown, as it may hold credentials): it has no scheme (such as "https://")`)
 	}
 	*u = URL{u: v}
 	return nil
 }
 
-// MarshalText implements encoding.TextMarshaler.
+// MarshalText implements encoding.TextMarshaler with the redacted form, so
+// that a URL in a log line or JSON shows no secret.
 func (u URL) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
 
-// URL returns the parsed URL, or nil when unset.
+// MarshalTOML implements toml.Marshaler, which the TOML encoder prefers to
+// MarshalText: Marshal writes the whole URL, Render the redacted one.
+func (u URL) MarshalTOML() ([]byte, error) {
+	if u.hide {
+		return []byte(tomlQuote(u.String())), nil
+	}
+	return []byte(tomlQuote(u.full())), nil
+}
+
+// URL returns the parsed URL, or nil when unset. It holds the credentials:
+// show it only through redact.URL.
 func (u URL) URL() *url.URL { return u.u }
 
-func (u URL) String() string {
+// String is the URL without its secrets (redact.URL).
+func (u URL) String() string { return redact.URL(u.u) }
+
+// Redacted reports whether String hides anything.
+func (u URL) Redacted() bool { return u.String() != u.full() }
+
+func (u URL) full() string {
 	if u.u == nil {
 		return ""
 	}
@@ -288,7 +325,26 @@ func (u URL) String() string {
 }
 
 // Equal reports whether both are the same URL.
-func (u URL) Equal(o URL) bool { return u.String() == o.String() }
+func (u URL) Equal(o URL) bool { return u.full() == o.full() }
+
+// tomlQuote writes s as a TOML basic string.
+func tomlQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\u%04X", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
 
 // MessageData is what a notification template can use.
 type MessageData struct {

@@ -136,10 +136,44 @@ func (l *LockConfig) validate(report reportFunc) {
 }
 
 func (b *BlockersConfig) validate(report reportFunc) {
-	if u := b.Prometheus.URL.URL(); u != nil && u.Scheme != "http" && u.Scheme != "https" {
+	p := &b.Prometheus
+	u := p.URL.URL()
+	if u != nil && u.Scheme != "http" && u.Scheme != "https" {
 		report("blockers.prometheus.url", "must be an http:// or https:// URL, got scheme %q", u.Scheme)
 	}
-	positive(report, "blockers.prometheus.timeout", b.Prometheus.Timeout)
+	for _, f := range p.files() {
+		if f.path != "" && !filepath.IsAbs(f.path) {
+			report(f.key, "must be an absolute path, got %q", f.path)
+		}
+	}
+	switch {
+	case p.PasswordFile != "" && p.Username == "":
+		report("blockers.prometheus.username", "must be set with blockers.prometheus.password_file: the user name for basic authentication")
+	case p.Username != "" && p.PasswordFile == "":
+		report("blockers.prometheus.password_file", "must be set with blockers.prometheus.username: the file holding the password")
+	}
+	if p.PasswordFile != "" && p.BearerTokenFile != "" {
+		report("blockers.prometheus.bearer_token_file", "set either password_file or bearer_token_file, not both: a request carries one Authorization header")
+	}
+	if u != nil && u.User != nil && (p.PasswordFile != "" || p.BearerTokenFile != "") {
+		report("blockers.prometheus.url", "has a user name or password in it as well as password_file or bearer_token_file: remove them from the URL")
+	}
+	if u != nil && u.Scheme == "http" && p.CAFile != "" {
+		report("blockers.prometheus.ca_file", "is set, but the URL is http://, which uses no certificate: use https://")
+	}
+	positive(report, "blockers.prometheus.timeout", p.Timeout)
+}
+
+// credentialFile is one of the files a configuration key names.
+type credentialFile struct{ key, path string }
+
+// files lists the credential files of the Prometheus blocker.
+func (p *PrometheusConfig) files() []credentialFile {
+	return []credentialFile{
+		{"blockers.prometheus.password_file", p.PasswordFile},
+		{"blockers.prometheus.bearer_token_file", p.BearerTokenFile},
+		{"blockers.prometheus.ca_file", p.CAFile},
+	}
 }
 
 func (d *DrainConfig) validate(report reportFunc) {
@@ -217,7 +251,7 @@ func (l *LogConfig) validate(report reportFunc) {
 func checkListenAddress(a string) error {
 	_, port, err := net.SplitHostPort(a)
 	if err != nil {
-		return fmt.Errorf("must be host:port such as \"127.0.0.1:9779\" or \":9779\", got %q", a)
+		return fmt.Errorf("must be host:port such as \"127.0.0.1:9779\", got %q", a)
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("port must be 1 to 65535, got %q", port)

@@ -1,7 +1,8 @@
 // Package doctor checks the host and the cluster for what `kured-host run`
 // needs, without starting it: the kubeconfig, the node's identity, every
 // permission the daemon uses, the clock against the API server's, the
-// reboot sentinel, logind on the system bus and the metrics address. Each
+// reboot sentinel, Prometheus (if it blocks reboots), logind on the system
+// bus and the metrics address. Each
 // check is a small function of injected dependencies that returns
 // Findings; Run wires the real ones for `kured-host check`.
 package doctor

@@ -99,8 +99,20 @@ func BootID(root host.Root) Finding {
 
 // Metrics checks that the daemon can listen on metrics.address. If the
 // address is taken, it asks whether a running kured-host is what serves
-// there (client for that question; nil for a default one).
+// there (client for that question; nil for a default one). An address
+// that listens on every interface is a warning: anyone who reaches the
+// host reads the metrics.
 func Metrics(ctx context.Context, addr string, client *http.Client) Finding {
+	f := metricsListen(ctx, addr, client)
+	if f.Level == OK && AllInterfaces(addr) {
+		_, port, _ := net.SplitHostPort(addr)
+		f.Level = Warn
+		f.Message += fmt.Sprintf("; it listens on every interface: use 127.0.0.1:%s unless Prometheus scrapes from another host (then firewall the port)", port)
+	}
+	return f
+}
+
+func metricsListen(ctx context.Context, addr string, client *http.Client) Finding {
 	const check = "metrics"
 	l, err := net.Listen("tcp", addr)
 	if err == nil {
@@ -117,6 +129,17 @@ func Metrics(ctx context.Context, addr string, client *http.Client) Finding {
 		return finding(OK, check, "metrics.address %s is in use by a running kured-host (it serves kured_host_* metrics there)", addr)
 	}
 	return finding(Fail, check, "metrics.address %s is in use by another program: the daemon would not start; choose another port", addr)
+}
+
+// AllInterfaces reports whether a listen address binds every interface
+// (":9779", "0.0.0.0:9779", "[::]:9779").
+func AllInterfaces(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(h)
+	return h == "" || (ip != nil && ip.IsUnspecified())
 }
 
 func servedByKuredHost(ctx context.Context, client *http.Client, addr string) bool {

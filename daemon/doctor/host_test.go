@@ -94,6 +94,17 @@ func TestBootID(t *testing.T) {
 	}
 }
 
+func TestAllInterfaces(t *testing.T) {
+	for addr, want := range map[string]bool{
+		":9779": true, "0.0.0.0:9779": true, "[::]:9779": true,
+		"127.0.0.1:9779": false, "[::1]:9779": false, "localhost:9779": false, "10.0.0.7:9779": false, "9779": false,
+	} {
+		if got := AllInterfaces(addr); got != want {
+			t.Errorf("AllInterfaces(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
 func TestMetrics(t *testing.T) {
 	ctx := context.Background()
 	free, err := net.Listen("tcp", "127.0.0.1:0")
@@ -125,7 +136,7 @@ func TestMetrics(t *testing.T) {
 		{"free", freeAddr, OK, "can be listened on"},
 		{"taken by another program", taken.Addr().String(), Fail, "in use by another program"},
 		{"taken by kured-host", ours.Listener.Addr().String(), OK, "in use by a running kured-host"},
-		{"taken by kured-host, any address", ":" + oursPort, OK, "in use by a running kured-host"},
+		{"taken by kured-host, any address", ":" + oursPort, Warn, "in use by a running kured-host (it serves kured_host_* metrics there); it listens on every interface: use 127.0.0.1:" + oursPort + " unless"},
 		{"not an address here", "192.0.2.1:9100", Fail, "metrics.address 192.0.2.1:9100: listen tcp"},
 	}
 	for _, tt := range tests {

@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kured-host/kured-host/daemon/block"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/kube"
@@ -44,6 +45,11 @@ func Run(ctx context.Context, o Options, report func(Finding)) {
 	}
 	if len(c.Health.Command) > 0 {
 		report(Executable("health", "health.command", c.Health.Command))
+	}
+	if c.Blockers.Prometheus.URL.URL() != nil {
+		pctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		report(Prometheus(pctx, block.NewAlerts(c.Blockers.Prometheus)))
+		cancel()
 	}
 	if use := (LogindUse{Reboot: c.Reboot.Method == config.RebootLogind, Inhibitors: c.Blockers.Inhibitors, UID: o.UID}); use.Reboot || use.Inhibitors {
 		bctx, cancel := context.WithTimeout(ctx, o.Timeout)

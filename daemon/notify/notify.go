@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/nicholas-fedor/shoutrrr/pkg/router"
 	"github.com/nicholas-fedor/shoutrrr/pkg/types"
 
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/redact"
 )
 
 // Kind is what a message is about.
@@ -34,9 +36,19 @@ type sender interface {
 	Send(message string, params *types.Params) []error
 }
 
+// service is one notification URL and the router that sends to it. One
+// router per URL, so that a failure can be told apart from the others and
+// named (redacted): shoutrrr returns a router's errors in the order they
+// come, not in the order of its services.
+type service struct {
+	url    *url.URL
+	sender sender
+}
+
 // Notifier sends the configured messages about one node.
 type Notifier struct {
-	sender    sender
+	services  []service
+	urls      []*url.URL // all of them, whose secrets no log line may show
 	templates map[Kind]config.Template
 	node      string
 	log       *slog.Logger
@@ -49,34 +61,35 @@ type Notifier struct {
 const Timeout = 10 * time.Second
 
 // New prepares the services of c.URLs; a URL shoutrrr cannot use is an
-// error naming it (its credentials left out). With no URLs it returns nil,
-// a Notifier that sends nothing.
+// error naming it, redacted. With no URLs it returns nil, a Notifier that
+// sends nothing.
 func New(c config.NotifyConfig, node string, log *slog.Logger) (*Notifier, error) {
 	if len(c.URLs) == 0 {
 		return nil, nil
 	}
-	r, err := router.New(nil)
-	if err != nil {
-		return nil, fmt.Errorf("notify.urls: %w", err)
-	}
-	r.Timeout = Timeout
-	for i, u := range c.URLs {
-		if err := r.AddService(u.URL().String()); err != nil {
-			return nil, fmt.Errorf("notify.urls[%d] (%s): %w", i, redact(u.URL()), err)
-		}
-	}
-	return &Notifier{
-		sender: r, node: node, log: log.With("component", "notify"),
+	n := &Notifier{
+		node: node, log: log.With("component", "notify"),
 		templates: map[Kind]config.Template{
 			Drain: c.TemplateDrain, Reboot: c.TemplateReboot,
 			Uncordon: c.TemplateUncordon, Failure: c.TemplateFailure,
 		},
-	}, nil
-}
-
-// redact keeps the scheme and host of a URL: tokens live in the rest.
-func redact(u *url.URL) string {
-	return u.Scheme + "://" + u.Hostname() + "/…"
+	}
+	for _, u := range c.URLs {
+		n.urls = append(n.urls, u.URL())
+	}
+	for i, u := range c.URLs {
+		// shoutrrr's errors quote the URL, or the token alone.
+		r, err := router.New(nil)
+		if err != nil {
+			return nil, fmt.Errorf("notify.urls[%d] (%s): %w", i, u, redact.Error(err, n.urls...))
+		}
+		r.Timeout = Timeout
+		if err := r.AddService(u.URL().String()); err != nil {
+			return nil, fmt.Errorf("notify.urls[%d] (%s): %w", i, u, redact.Error(err, n.urls...))
+		}
+		n.services = append(n.services, service{url: u.URL(), sender: r})
+	}
+	return n, nil
 }
 
 // Send renders the template for kind and sends it to every service. reason
@@ -92,9 +105,25 @@ func (n *Notifier) Send(ctx context.Context, kind Kind, reason string) {
 		}
 		return
 	}
-	for _, err := range n.sender.Send(msg, nil) {
-		if err != nil {
-			n.log.Warn("cannot send a notification; carrying on", "kind", string(kind), "err", err)
+	// The services are asked at once, each bounded by Timeout.
+	failed := make([]int, len(n.services))
+	var wg sync.WaitGroup
+	for i, svc := range n.services {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, err := range svc.sender.Send(msg, nil) {
+				if err != nil {
+					n.log.Warn("cannot send a notification; carrying on", "kind", string(kind),
+						"url", redact.URL(svc.url), "err", redact.Error(err, n.urls...))
+					failed[i]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, f := range failed {
+		for range f {
 			if n.Failed != nil {
 				n.Failed()
 			}

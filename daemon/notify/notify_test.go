@@ -1,8 +1,10 @@
 package notify
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nicholas-fedor/shoutrrr/pkg/types"
 
 	"github.com/kured-host/kured-host/daemon/config"
 )
@@ -111,4 +115,66 @@ func TestBadURLs(t *testing.T) {
 		t.Fatalf("no URLs: %v, %v", n, err)
 	}
 	n.Send(context.Background(), Reboot, "") // a nil Notifier sends nothing
+}
+
+// TestFailuresHideTheURL: the log line of a failed message names the
+// service redacted, and neither it nor shoutrrr's error shows the token,
+// here in the path and in a header set from the query.
+func TestFailuresHideTheURL(t *testing.T) {
+	const pathToken, headerToken = "S3cretPathT0ken", "H3aderT0ken"
+	bad, _ := receiver(t, http.StatusInternalServerError)
+	raw := []string{
+		genericURL(bad) + "&@Authorization=Bearer%20" + headerToken,   // answers 500
+		"generic://127.0.0.1:1/hook/" + pathToken + "?disabletls=yes", // refuses the connection
+	}
+	var logs bytes.Buffer
+	n, err := New(notifyConfig(t, raw...), "node-1", slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	n.Failed = func() { failed++ }
+	n.Send(context.Background(), Failure, "drain timed out")
+	if failed != 2 {
+		t.Errorf("%d failures counted, want 2", failed)
+	}
+	out := logs.String()
+	for _, secret := range []string{pathToken, headerToken} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the log shows %q:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(out, "url=generic://127.0.0.1:1/…") {
+		t.Errorf("the log does not name the failed service:\n%s", out)
+	}
+}
+
+// quoting is a service whose errors quote its URL and token, as some of
+// shoutrrr's do.
+type quoting struct{}
+
+func (quoting) Send(string, *types.Params) []error {
+	return []error{errors.New(`sending request: Post "https://api.telegram.org/bot110201543:T0kenT0kenT0ken/sendMessage": EOF; invalid token 110201543:T0kenT0kenT0ken`)}
+}
+
+func TestSendErrorsAreRedacted(t *testing.T) {
+	u, _ := url.Parse("telegram://110201543:T0kenT0kenT0ken@telegram?chats=@channel")
+	var logs bytes.Buffer
+	n := &Notifier{
+		services: []service{{url: u, sender: quoting{}}}, urls: []*url.URL{u},
+		templates: map[Kind]config.Template{Reboot: config.MustTemplate("reboot")}, log: slog.New(slog.NewTextHandler(&logs, nil)),
+	}
+	n.Send(context.Background(), Reboot, "")
+	if out := logs.String(); strings.Contains(out, "T0kenT0kenT0ken") || strings.Contains(out, "110201543") || !strings.Contains(out, "url=telegram://…") {
+		t.Errorf("log:\n%s", out)
+	}
+}
+
+func TestBadURLsAreRedacted(t *testing.T) {
+	for _, raw := range []string{"slack+https://xoxbT0kenT0ken@example.com/x", "nosuchservice://T0kenT0kenT0ken"} {
+		_, err := New(notifyConfig(t, raw), "n", slog.New(slog.DiscardHandler))
+		if err == nil || strings.Contains(err.Error(), "T0kenT0ken") || !strings.Contains(err.Error(), "notify.urls[0]") {
+			t.Errorf("%s: err = %v", raw, err)
+		}
+	}
 }
