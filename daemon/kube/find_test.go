@@ -121,25 +121,9 @@ func serverCA(srv *httptest.Server) string {
 	return base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 }
 
-func tokenKubeconfig(srv *httptest.Server, token string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster: {server: %q, certificate-authority-data: %q}
-contexts:
-- name: x
-  context: {cluster: c, user: u}
-current-context: x
-users:
-- name: u
-  user: {token: %q}
-`, srv.URL, serverCA(srv), token)
-}
-
-// execKubeconfig runs a credential plugin that records who ran it in
-// marker.
-func execKubeconfig(srv *httptest.Server, marker string) string {
+// kubeconfig is a kubeconfig for srv whose one user is user (YAML, at
+// the user's indentation).
+func kubeconfig(srv *httptest.Server, user string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -152,14 +136,24 @@ current-context: x
 users:
 - name: u
   user:
-    exec:
+%s`, srv.URL, serverCA(srv), user)
+}
+
+func tokenKubeconfig(srv *httptest.Server, token string) string {
+	return kubeconfig(srv, fmt.Sprintf("    token: %q\n", token))
+}
+
+// execKubeconfig runs a credential plugin that records who ran it in
+// marker.
+func execKubeconfig(srv *httptest.Server, marker string) string {
+	return kubeconfig(srv, fmt.Sprintf(`    exec:
       apiVersion: client.authentication.k8s.io/v1
       interactiveMode: Never
       command: /bin/sh
       args:
       - -c
       - 'id > %s; echo "{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"plugin\"}}"'
-`, srv.URL, serverCA(srv), marker)
+`, marker))
 }
 
 // ask connects with k and makes one request.
@@ -361,7 +355,7 @@ func must(t *testing.T, err error) {
 // one given on the command line is the user's own.
 func TestPluginsOnlyWhenConfigured(t *testing.T) {
 	unused := &httptest.Server{URL: "https://127.0.0.1:1"}
-	provider := strings.Replace(tokenKubeconfig(unused, ""), "user: {token: \"\"}", "user: {auth-provider: {name: oidc}}", 1)
+	provider := kubeconfig(unused, "    auth-provider: {name: oidc}\n")
 	plugin := execKubeconfig(unused, "/nonexistent")
 	for _, tc := range []struct {
 		name, body string
