@@ -74,11 +74,12 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 		}
 	}
 	logind := &host.BusLogind{Address: s.BusAddress}
+	tolerance, _ := cfg.Lock.ClockTolerance()
 	l := lock.New(lock.Options{
 		Client: client, Metadata: meta, Node: node, Limits: lock.LimitsFrom(cfg.Lock),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
-		ServerNow: clock.Now, BootID: s.Root.BootID, Log: log,
+		ServerNow: clock.Now, ClockTolerance: tolerance, BootID: s.Root.BootID, Log: log,
 		Alarms: &lock.Report{Events: &events.Recorder{Client: client, Host: node}, Metrics: m, Log: log},
 	})
 	evictions, err := drain.EvictionClient(rest)
