@@ -95,7 +95,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 	}
 	var reboot Rebooter = logind
 	if cfg.Reboot.Method == config.RebootCommand {
-		reboot = host.CommandRebooter{Argv: cfg.Reboot.Command}
+		reboot = host.CommandRebooter{Argv: cfg.Reboot.Command, Timeout: cfg.Reboot.Timeout.Std()}
 	}
 	return &Daemon{
 		Config: cfg, Log: log, Notify: s.Notify, Lock: l, Node: node, Metrics: m,
@@ -116,6 +116,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 			DeleteEmptyDirData: cfg.Drain.DeleteEmptyDirData, EvictUnreplicated: cfg.Drain.EvictUnreplicated,
 		}, Observe: l.Observe},
 		Rebooter: reboot,
+		Health:   healthFor(cfg.Health),
 		Watchdog: host.WatchdogInterval(),
 		Trim:     host.TrimBinary,
 		BootID:   s.Root.BootID,
@@ -136,6 +137,15 @@ func messenger(n *notify.Notifier) Messenger {
 		return nil
 	}
 	return n
+}
+
+// healthFor is the health check of the configuration; nil when there is
+// no health command.
+func healthFor(c config.HealthConfig) func(context.Context, time.Duration) error {
+	if len(c.Command) == 0 {
+		return nil
+	}
+	return HealthCommand(c.Command)
 }
 
 func sentinelFor(c config.SentinelConfig, root host.Root) sentinel.Checker {
