@@ -65,7 +65,7 @@ func Plausible(p Participant, serverNow time.Time, tolerance time.Duration) Part
 			continue
 		}
 		if ahead := t.at.Sub(serverNow); ahead > tolerance {
-			future = append(future, fmt.Sprintf("%s is %s", t.field, ahead.Round(time.Millisecond)))
+			future = append(future, fmt.Sprintf("%s is %s", t.field, roughly(ahead, tolerance)))
 		}
 	}
 	if len(future) > 0 {
@@ -80,6 +80,18 @@ func Plausible(p Participant, serverNow time.Time, tolerance time.Duration) Part
 	}
 	p.Claim, p.Err = failSafe(c, fmt.Errorf("%w: %s", ErrImplausible, strings.Join(why, "; ")))
 	return p
+}
+
+// roughly rounds d, which is more than tolerance, for a message: to the
+// second from a minute up, else to the millisecond, as long as it still
+// shows as more than tolerance.
+func roughly(d, tolerance time.Duration) time.Duration {
+	for _, unit := range []time.Duration{time.Second, time.Millisecond} {
+		if r := d.Round(unit); r > tolerance && (unit < time.Second || d >= time.Minute) {
+			return r
+		}
+	}
+	return d
 }
 
 // groupsContradicted lists the recorded groups of p that its Node's
