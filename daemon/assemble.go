@@ -74,11 +74,12 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 		}
 	}
 	logind := &host.BusLogind{Address: s.BusAddress}
+	tolerance, _ := cfg.Lock.ClockTolerance()
 	l := lock.New(lock.Options{
 		Client: client, Metadata: meta, Node: node, Limits: lock.LimitsFrom(cfg.Lock),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
-		ServerNow: clock.Now, BootID: s.Root.BootID, Log: log,
+		ServerNow: clock.Now, ClockTolerance: tolerance, BootID: s.Root.BootID, Log: log,
 		Alarms: &lock.Report{Events: &events.Recorder{Client: client, Host: node}, Metrics: m, Log: log},
 	})
 	evictions, err := drain.EvictionClient(rest)
@@ -94,7 +95,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 	}
 	var reboot Rebooter = logind
 	if cfg.Reboot.Method == config.RebootCommand {
-		reboot = host.CommandRebooter{Argv: cfg.Reboot.Command}
+		reboot = host.CommandRebooter{Argv: cfg.Reboot.Command, Timeout: cfg.Reboot.Timeout.Std()}
 	}
 	return &Daemon{
 		Config: cfg, Log: log, Notify: s.Notify, Lock: l, Node: node, Metrics: m,
@@ -115,6 +116,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 			DeleteEmptyDirData: cfg.Drain.DeleteEmptyDirData, EvictUnreplicated: cfg.Drain.EvictUnreplicated,
 		}, Observe: l.Observe},
 		Rebooter: reboot,
+		Health:   healthFor(cfg.Health),
 		Watchdog: host.WatchdogInterval(),
 		Trim:     host.TrimBinary,
 		BootID:   s.Root.BootID,
@@ -135,6 +137,15 @@ func messenger(n *notify.Notifier) Messenger {
 		return nil
 	}
 	return n
+}
+
+// healthFor is the health check of the configuration; nil when there is
+// no health command.
+func healthFor(c config.HealthConfig) func(context.Context, time.Duration) error {
+	if len(c.Command) == 0 {
+		return nil
+	}
+	return HealthCommand(c.Command)
 }
 
 func sentinelFor(c config.SentinelConfig, root host.Root) sentinel.Checker {

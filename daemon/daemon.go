@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -81,7 +80,11 @@ type Daemon struct {
 	BootID   func() (string, error)
 	// Ready reports whether this node's Node is Ready in the current
 	// boot, and if not, why.
-	Ready   func(ctx context.Context) (bool, string, error)
+	Ready func(ctx context.Context) (bool, string, error)
+	// Health runs the health command once, bounded by timeout; nil
+	// error means healthy. Nil runs health.command (HealthCommand) when
+	// one is configured.
+	Health  func(ctx context.Context, timeout time.Duration) error
 	Metrics *metrics.Metrics
 	Events  EventSink // may be nil
 	// Marks and Messages are kured's node marks and notifications; nil
@@ -244,8 +247,10 @@ func (d *Daemon) notify(state string) {
 	}
 }
 
-// setStatus is the one-line state for `systemctl status`.
+// setStatus is the one-line state for `systemctl status`. A line break
+// would start another sd_notify assignment: none gets through.
 func (d *Daemon) setStatus(s string) {
+	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
 	d.mu.Lock()
 	same := s == d.status
 	d.status = s
@@ -730,7 +735,7 @@ func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
 			why = "cannot read the Node"
 		}
 		healthy := ready
-		if ready && len(d.Config.Health.Command) > 0 {
+		if ready && (d.Health != nil || len(d.Config.Health.Command) > 0) {
 			healthy, why = d.health(ctx)
 		}
 		if healthy {
@@ -755,15 +760,28 @@ func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
 	}
 }
 
+// health runs the health check once. One run may take at most
+// health.timeout, the time the node may take to be healthy after the
+// boot: a run still going then is killed and counts as not healthy.
 func (d *Daemon) health(ctx context.Context) (bool, string) {
-	argv := d.Config.Health.Command
-	hctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(hctx, argv[0], argv[1:]...).CombinedOutput()
-	if err != nil {
-		return false, fmt.Sprintf("health command %q: %v %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	check := d.Health
+	if check == nil {
+		check = HealthCommand(d.Config.Health.Command)
+	}
+	if err := check(ctx, d.Config.Health.Timeout.Std()); err != nil {
+		return false, "health " + err.Error()
 	}
 	return true, ""
+}
+
+// HealthCommand is the health check of health.command: one run of argv
+// (host.Command: its process group killed after timeout, a process it
+// leaves behind not waited for, its output bounded and escaped).
+func HealthCommand(argv []string) func(ctx context.Context, timeout time.Duration) error {
+	return func(ctx context.Context, timeout time.Duration) error {
+		_, err := host.Command{Argv: argv, Timeout: timeout}.Run(ctx)
+		return err
+	}
 }
 
 // Plan describes, one line per step, what the configuration makes the

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -9,7 +10,8 @@ import (
 // decodeSnapshot turns fuzz bytes into a small snapshot: up to 6 nodes in
 // zones a, b or none, in any state (unreadable ones too), publishing
 // concurrency 1-3 and maybe a zone rule, some with a recorded zone other
-// than their label; plus the deciding node's own configuration.
+// than their label, some with times in the future (forged, or a wrong
+// clock); plus the deciding node's own configuration.
 func decodeSnapshot(data []byte) (snap []Participant, own Limits) {
 	next := func() int {
 		if len(data) == 0 {
@@ -37,6 +39,15 @@ func decodeSnapshot(data []byte) (snap []Participant, own Limits) {
 			p.Claim.Groups = map[string]string{zoneLabel: zones[1+next()%2]}
 		}
 		p.Ready = next()%5 != 0
+		switch next() % 6 {
+		case 1:
+			p.Claim.Updated = t0.Add(time.Hour)
+		case 2:
+			future := t0.Add(time.Hour)
+			p.Claim.Acquired = &future
+		case 3:
+			p.Claim.Since = t0.Add(time.Hour)
+		}
 		snap = append(snap, p)
 	}
 	return snap, own
@@ -74,14 +85,19 @@ func unsafe(snap []Participant, now time.Time, ttl time.Duration) string {
 // FuzzRules: from any safe snapshot, a node that Verify lets commit keeps
 // the snapshot safe (with its claim publishing the stricter of its
 // configuration and what it published), and the set Eligibility admits
-// is safe too. Nothing panics on any input.
+// is safe too. Distrusting the other nodes' claims (Plausible), as each
+// node does, only makes a node stricter: it never commits where it would
+// not have without it, and what it marks unreadable still counts where
+// it counted. Nothing panics on any input.
 func FuzzRules(f *testing.F) {
 	f.Add([]byte{1, 1, 4, 1, 1, 0, 1, 0, 0, 1, 2, 1, 2, 1, 1, 0, 1})
 	f.Add([]byte{2, 2, 6, 2, 1, 1, 0, 2, 1, 3, 2, 2, 1, 1, 0, 0, 2, 0, 1, 3, 2, 2, 1})
 	f.Add([]byte{0, 0, 3, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 1, 2, 2, 2, 2, 0})
+	f.Add([]byte{1, 1, 3, 2, 1, 1, 0, 1, 0, 1, 2, 2, 1, 1, 0, 1, 1, 0, 1, 2, 2, 1, 1, 3, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		snap, own := decodeSnapshot(data)
 		now := t0
+		checkDistrust(t, snap, own, now)
 		if msg := unsafe(snap, now, 0); msg != "" {
 			t.Skip("the snapshot is not safe to begin with:", msg)
 		}
@@ -144,4 +160,69 @@ func stricter(a, b Limits) Limits {
 		}
 	}
 	return out
+}
+
+// fuzzTolerance is the clock tolerance of FuzzRules: honest times in its
+// snapshots are at most 3 s ahead of t0, forged ones an hour.
+const fuzzTolerance = 5 * time.Second
+
+// checkDistrust: Plausible makes an unbelievable claim fail safe without
+// letting it count anywhere less, and the view of each entering node that
+// distrusts the others commits only where the raw view commits too; the
+// set Eligibility admits from a safe distrusted view is safe.
+func checkDistrust(t *testing.T, snap []Participant, own Limits, now time.Time) {
+	for _, p := range snap {
+		q := Plausible(p, now, fuzzTolerance)
+		switch {
+		case q.Claim.State != p.Claim.State:
+			t.Fatalf("%s: state %s became %s", p.Name, p.Claim.State, q.Claim.State)
+		case p.active(now, 0) && !q.active(now, 0):
+			t.Fatalf("%s: an active claim no longer counts", p.Name)
+		case q.Err != nil && q.Claim.State.Active() && (q.Claim.Limits.Concurrency != 1 || q.Claim.Phase != PhaseUnknown):
+			t.Fatalf("%s: distrusted active claim is not fail safe: %+v", p.Name, q.Claim)
+		case q.Err == nil && p.Err == nil && hasFuture(p, now):
+			t.Fatalf("%s: a claim with a time an hour ahead is believed", p.Name)
+		}
+		for _, v := range p.values(zoneLabel) {
+			if !slices.Contains(q.values(zoneLabel), v) {
+				t.Fatalf("%s: no longer counts in zone %s", p.Name, v)
+			}
+		}
+	}
+	for _, self := range snap {
+		if self.Claim.State != Entering || self.Err != nil {
+			continue
+		}
+		seen := make([]Participant, len(snap))
+		for i, p := range snap {
+			seen[i] = p
+			if p.Name != self.Name {
+				seen[i] = Plausible(p, now, fuzzTolerance)
+			}
+		}
+		if v := Verify(self, own, seen, now, 0); v.Decision == Commit {
+			if raw := Verify(self, own, snap, now, 0); raw.Decision != Commit {
+				t.Fatalf("%s commits when it distrusts the others, but not when it believes them (%v: %s)", self.Name, raw.Decision, raw.Reason)
+			}
+		}
+		if unsafe(seen, now, 0) != "" {
+			continue
+		}
+		q := Eligibility(seen, now, 0, nil)
+		var as []Participant
+		for _, p := range seen {
+			if slices.Contains(q.Admitted, p.Name) {
+				p.Claim.State = Holding
+				as = append(as, p)
+			}
+		}
+		if msg := unsafe(as, now, 0); msg != "" {
+			t.Fatalf("eligibility admitted an unsafe set %v from %s's view: %s", q.Admitted, self.Name, msg)
+		}
+	}
+}
+
+func hasFuture(p Participant, now time.Time) bool {
+	c := p.Claim
+	return c.Since.Sub(now) > fuzzTolerance || c.Updated.Sub(now) > fuzzTolerance || (c.Acquired != nil && c.Acquired.Sub(now) > fuzzTolerance)
 }

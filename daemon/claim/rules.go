@@ -2,6 +2,7 @@ package claim
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -304,17 +305,22 @@ type Alarm struct {
 
 // Alarms lists the active claims older than their alarm age (holding:
 // since it committed; entering: since it announced), and the claims that
-// cannot be read. They keep their place: the alarm says what to do.
+// cannot be read or are not believed (Plausible). They keep their place:
+// the alarm says what to do.
 func Alarms(snap []Participant, now time.Time, holdAge, enterAge time.Duration) []Alarm {
 	var out []Alarm
 	for _, p := range snap {
+		unreadable := "claim cannot be read"
+		if errors.Is(p.Err, ErrImplausible) {
+			unreadable = "claim is not believed"
+		}
 		switch {
 		case p.Err != nil && p.Claim.State == Waiting:
 			out = append(out, Alarm{Node: p.Name, State: p.Claim.State, Unreadable: true, What: fmt.Sprintf(
-				"claim cannot be read (%v); its label says waiting, so the node is left out of the queue until the claim is fixed or removed", p.Err)})
+				"%s (%v); its label says waiting, so the node is left out of the queue until the claim is fixed or removed", unreadable, p.Err)})
 		case p.Err != nil:
 			out = append(out, Alarm{Node: p.Name, State: p.Claim.State, Unreadable: true, What: fmt.Sprintf(
-				"claim cannot be read (%v); it counts as holding a slot until it is fixed or removed", p.Err)})
+				"%s (%v); it counts as holding a slot until it is fixed or removed", unreadable, p.Err)})
 		case p.Claim.State == Holding:
 			since := p.Claim.Updated
 			if p.Claim.Acquired != nil {

@@ -132,12 +132,16 @@ type RebootConfig struct {
 	Method  string   `toml:"method"`
 	Command []string `toml:"command"`
 	Delay   Duration `toml:"delay"`
+	// Timeout: ask again when still up this long after asking; also the
+	// bound of one run of Command.
 	Timeout Duration `toml:"timeout"`
 }
 
 // HealthConfig gates the release of the slot after the reboot.
 type HealthConfig struct {
 	Command []string `toml:"command"`
+	// Timeout: report when not Ready and healthy this long after the
+	// boot; also the bound of one run of Command.
 	Timeout Duration `toml:"timeout"`
 }
 

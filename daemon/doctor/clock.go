@@ -22,7 +22,8 @@ type ClockBounds struct {
 	Why string
 }
 
-// BoundsFor derives the bounds from the lock's settings.
+// BoundsFor derives the bounds from the lock's settings: check fails above
+// the stated clock tolerance (config.LockConfig.ClockTolerance).
 //
 // The slot protocol's safety takes no clock (design/claims.md: an active
 // claim is never ignored because of its age), and the queue order uses the
@@ -35,16 +36,12 @@ type ClockBounds struct {
 // which lets one node too many go down. check sees only this host's offset
 // to the API server; two hosts each within B of it may be 2B apart. So it
 // fails above half the smallest of those ages: then no claim can look as
-// old as an alarm age (or the TTL) when it is written.
+// old as an alarm age (or the TTL) when it is written. The other nodes do
+// not believe this host's claims when their times are further ahead of
+// the API server than that.
 func BoundsFor(l config.LockConfig) ClockBounds {
-	smallest, why := l.EnteringAlarmAge.Std(), "lock.entering_alarm_age"
-	if a := l.AlarmAge.Std(); a > 0 && a < smallest {
-		smallest, why = a, "lock.alarm_age"
-	}
-	if t := l.TTL.Std(); t > 0 && t <= smallest {
-		smallest, why = t, "lock.ttl"
-	}
-	b := ClockBounds{Warn: ClockWarn, Fail: smallest / 2, Why: fmt.Sprintf("half of %s (%s)", why, smallest)}
+	tolerance, why := l.ClockTolerance()
+	b := ClockBounds{Warn: ClockWarn, Fail: tolerance, Why: why}
 	if b.Fail < b.Warn {
 		b.Warn = b.Fail
 	}
@@ -75,7 +72,8 @@ func Clock(offset time.Duration, seen bool, b ClockBounds) Finding {
 	switch {
 	case abs > b.Fail:
 		return finding(Fail, check, "%s, more than %s (%s): other nodes' claims look older or younger than they are, "+
-			"so alarms (and lock.ttl) misfire; fix time synchronisation (timedatectl, chronyc tracking)", what, b.Fail, b.Why)
+			"so alarms (and lock.ttl) misfire, and the other nodes may not believe this node's claim (it then counts as holding a slot, with concurrency 1); "+
+			"fix time synchronisation (timedatectl, chronyc tracking)", what, b.Fail, b.Why)
 	case abs > b.Warn:
 		return finding(Warn, check, "%s, more than %s: is time synchronisation working? (timedatectl); check fails above %s (%s)",
 			what, b.Warn, b.Fail, b.Why)

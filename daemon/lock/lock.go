@@ -63,8 +63,16 @@ type Options struct {
 	AlarmAge, EnteringAlarmAge time.Duration
 	// Now is this host's clock (claims' updated and acquired times).
 	Now func() time.Time
-	// ServerNow is the API server's clock, for the queue order (since).
+	// ServerNow is the API server's clock, for the queue order (since),
+	// and the reference against which other nodes' claims are judged.
 	ServerNow func() time.Time
+	// ClockTolerance is the stated clock tolerance
+	// (config.LockConfig.ClockTolerance): another node's claim with a
+	// time further than this ahead of ServerNow, or, while active, with a
+	// recorded group its Node's labels contradict, is not believed: it
+	// counts as an unreadable claim (claim.Plausible). 0 derives it from
+	// AlarmAge, EnteringAlarmAge and TTL as the configuration does.
+	ClockTolerance time.Duration
 	// BootID returns the current boot's ID.
 	BootID func() (string, error)
 	Log    *slog.Logger
@@ -122,6 +130,11 @@ func New(o Options) *Lock {
 	}
 	if o.ServerNow == nil {
 		o.ServerNow = o.Now
+	}
+	if o.ClockTolerance <= 0 {
+		o.ClockTolerance, _ = config.LockConfig{
+			AlarmAge: config.Duration(o.AlarmAge), EnteringAlarmAge: config.Duration(o.EnteringAlarmAge), TTL: config.Duration(o.TTL),
+		}.ClockTolerance()
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -569,7 +582,7 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 			return nil, err
 		}
 	}
-	ps := l.claims.participants(nodes)
+	ps := l.distrust(l.claims.participants(nodes))
 	cur := l.current()
 	ps = slices.DeleteFunc(ps, func(p claim.Participant) bool { return p.Name == l.o.Node })
 	if cur.state != "" {
@@ -622,12 +635,34 @@ func (l *Lock) listClaimed(ctx context.Context, rv string) ([]*corev1.Node, erro
 	return nodes, nil
 }
 
-// Participants turns Nodes into the rules' view of them: one Participant
-// for each Node with a claim label or annotation (what cannot be read is
-// kept, with Err set); Nodes without a claim are left out.
-func Participants(nodes []*corev1.Node) []claim.Participant {
+// Participants turns Nodes into the rules' view of them, as another node's
+// lock sees them: one Participant for each Node with a claim label or
+// annotation (what cannot be read is kept, with Err set), each judged by
+// claim.Plausible against serverNow (the API server's clock) and
+// tolerance (the stated clock tolerance); Nodes without a claim are left
+// out.
+func Participants(nodes []*corev1.Node, serverNow time.Time, tolerance time.Duration) []claim.Participant {
 	var none claimCache
-	return none.participants(nodes)
+	ps := none.participants(nodes)
+	for i, p := range ps {
+		ps[i] = claim.Plausible(p, serverNow, tolerance)
+	}
+	return ps
+}
+
+// distrust judges every other node's claim in ps by claim.Plausible (this
+// node's own claim is left as read: the daemon knows what it wrote). It
+// runs on every read, after the cache of parsed claims, because the
+// verdict depends on the time and on the Nodes' labels, not only on the
+// claim.
+func (l *Lock) distrust(ps []claim.Participant) []claim.Participant {
+	now := l.o.ServerNow()
+	for i, p := range ps {
+		if p.Name != l.o.Node {
+			ps[i] = claim.Plausible(p, now, l.o.ClockTolerance)
+		}
+	}
+	return ps
 }
 
 // claimCache keeps each node's claim as last parsed, with the label and
@@ -1038,7 +1073,7 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	l.mu.Lock()
 	l.own.rv = self.ResourceVersion
 	l.mu.Unlock()
-	ps := l.claims.participants(nodes)
+	ps := l.distrust(l.claims.participants(nodes))
 	var me claim.Participant
 	for _, p := range ps {
 		if p.Name == l.o.Node {

@@ -1,11 +1,16 @@
 package lock
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
@@ -153,5 +158,122 @@ func TestMarkLeft(t *testing.T) {
 				t.Errorf("markLeft = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// alarmRecorder is an AlarmReporter that remembers what it was told.
+type alarmRecorder struct {
+	raised  []claim.Alarm
+	current []claim.Alarm
+}
+
+func (r *alarmRecorder) Raise(_ context.Context, a claim.Alarm) { r.raised = append(r.raised, a) }
+func (r *alarmRecorder) Current(as []claim.Alarm)               { r.current = as }
+
+func claimedNode(t *testing.T, name, zone string, c claim.Claim) *corev1.Node {
+	t.Helper()
+	ann, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1",
+			Labels:      map[string]string{config.ZoneLabel: zone, claim.Label: string(c.State)},
+			Annotations: map[string]string{claim.Annotation: ann}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+// TestForgedFutureHolder: another node's holding claim acquired an hour
+// ahead of the API server's clock is not believed: the lock raises the
+// unreadable-claim alarm at once, counts it as holding with concurrency 1
+// (this node steps back although its zone has room), and no TTL counts it
+// out, however old this host's clock makes it look. The node's own claim,
+// with a time ahead too (this host's clock is wrong), is not distrusted
+// by the node itself. A believable claim as old is counted out by the TTL.
+func TestForgedFutureHolder(t *testing.T) {
+	server := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	own := claim.Limits{Concurrency: 3, Groups: []claim.GroupLimit{{Label: config.ZoneLabel, Max: 1}}}
+	for _, tc := range []struct {
+		name     string
+		acquired time.Time // the other holder's
+		host     time.Time // this host's clock
+		want     claim.Decision
+		alarm    bool
+	}{
+		{"forged an hour ahead", server.Add(time.Hour), server, claim.StepBack, true},
+		{"forged, this host's clock far ahead: the TTL still does not count it out", server.Add(time.Hour), server.Add(1000 * time.Hour), claim.StepBack, true},
+		{"forged just within the tolerance: believed, and held", server.Add(4 * time.Minute), server, claim.Commit, false},
+		{"an honest holder older than the TTL is counted out", server.Add(-2 * time.Hour), server, claim.Commit, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			acquired := tc.acquired
+			other := claimedNode(t, "forger", "zone-a", claim.Claim{State: claim.Holding, Since: server.Add(-10 * time.Minute),
+				Updated: acquired, Acquired: &acquired, Limits: claim.Limits{Concurrency: 3}, Groups: map[string]string{config.ZoneLabel: "zone-a"},
+				BootID: "b", Phase: claim.PhaseRebooting})
+			mine := claimedNode(t, "me", "zone-b", claim.Claim{State: claim.Entering, Since: server.Add(time.Hour),
+				Updated: tc.host, Limits: own, Groups: map[string]string{config.ZoneLabel: "zone-b"}})
+			rec := &alarmRecorder{}
+			l := New(Options{
+				Client: fake.NewClientset(other, mine), Node: "me", Limits: own,
+				TTL: time.Minute, AlarmAge: time.Hour, EnteringAlarmAge: 10 * time.Minute,
+				ClockTolerance: 5 * time.Minute,
+				Now:            func() time.Time { return tc.host },
+				ServerNow:      func() time.Time { return server },
+				Alarms:         rec,
+			})
+			ctx := context.Background()
+			if _, _, err := l.Own(ctx); err != nil {
+				t.Fatal(err)
+			}
+			v, err := l.verify(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Decision != tc.want {
+				t.Errorf("verify: %v (%s), want %v", v.Decision, v.Reason, tc.want)
+			}
+			var unreadable []claim.Alarm
+			for _, a := range rec.raised {
+				if a.Unreadable {
+					unreadable = append(unreadable, a)
+				}
+			}
+			if tc.alarm != (len(unreadable) == 1) || len(unreadable) > 1 {
+				t.Fatalf("unreadable alarms %+v, want one: %v", unreadable, tc.alarm)
+			}
+			if tc.alarm {
+				a := unreadable[0]
+				if a.Node != "forger" || a.State != claim.Holding || !strings.Contains(a.What, "acquired is 1h0m0s ahead of the API server's clock") ||
+					!strings.Contains(a.What, "counts as holding") {
+					t.Errorf("alarm %+v", a)
+				}
+			}
+			snap, err := l.snapshot(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range snap {
+				if p.Name == "me" && p.Err != nil {
+					t.Errorf("the node distrusts its own claim: %v", p.Err)
+				}
+				if p.Name == "forger" && (p.Err != nil) != tc.alarm {
+					t.Errorf("the other claim in the snapshot: err %v, want unreadable %v", p.Err, tc.alarm)
+				}
+			}
+		})
+	}
+}
+
+// TestClockToleranceDefault: a lock not given the tolerance derives it
+// from its alarm ages and TTL as the configuration does.
+func TestClockToleranceDefault(t *testing.T) {
+	l := New(Options{AlarmAge: time.Hour, EnteringAlarmAge: 10 * time.Minute})
+	want, _ := config.Default().Lock.ClockTolerance()
+	if l.o.ClockTolerance != want || want != 5*time.Minute {
+		t.Errorf("tolerance %s, want %s (5m)", l.o.ClockTolerance, want)
+	}
+	if l := New(Options{AlarmAge: time.Hour, EnteringAlarmAge: 10 * time.Minute, TTL: 4 * time.Minute}); l.o.ClockTolerance != 2*time.Minute {
+		t.Errorf("with a TTL of 4m: tolerance %s, want 2m", l.o.ClockTolerance)
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/kured-host/kured-host/daemon/host"
 )
 
 // Checker answers whether a reboot is needed now.
@@ -59,38 +61,24 @@ var _ Checker = Command{}
 // ErrCommand marks a sentinel command that could not give an answer.
 var ErrCommand = errors.New("sentinel command failed")
 
-// RebootRequired runs the command.
+// RebootRequired runs the command (host.Command: its process group is
+// killed after Timeout, a process it leaves behind holding its output is
+// not waited for, and its output is kept bounded and escaped).
 func (c Command) RebootRequired(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
-	cmd.WaitDelay = time.Second
-	out, err := cmd.CombinedOutput()
+	res, err := host.Command{Argv: c.Argv, Timeout: c.Timeout}.Run(ctx)
 	var exit *exec.ExitError
 	switch {
-	case ctx.Err() != nil:
+	case err == nil:
+		return slices.Contains(c.RebootCodes, 0), nil
+	case errors.Is(err, host.ErrTimeout):
 		return false, fmt.Errorf("%w: %s did not finish within %s", ErrCommand, c, c.Timeout)
-	case errors.As(err, &exit):
-		code := exit.ExitCode()
-		if code < 0 {
-			return false, fmt.Errorf("%w: %s was killed (%v): %s", ErrCommand, c, err, tail(out))
-		}
-		return slices.Contains(c.RebootCodes, code), nil
-	case err != nil:
-		return false, fmt.Errorf("%w: run %s: %v", ErrCommand, c, err)
+	case errors.As(err, &exit) && res.ExitCode >= 0:
+		return slices.Contains(c.RebootCodes, res.ExitCode), nil
 	}
-	return slices.Contains(c.RebootCodes, 0), nil
+	return false, fmt.Errorf("%w: %v", ErrCommand, err)
 }
 
 func (c Command) String() string { return strings.Join(c.Argv, " ") }
-
-func tail(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 200 {
-		s = "…" + s[len(s)-200:]
-	}
-	return s
-}
 
 // Watch reports the sentinel's state through report after every check: at
 // once, on each inotify event for the file, and every period (callers act

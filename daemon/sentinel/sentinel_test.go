@@ -28,12 +28,20 @@ func TestCommand(t *testing.T) {
 		{"missing program", []string{"/nonexistent/needs-restarting", "-r"}, []int{0, 1}, time.Second, false, true},
 		{"timeout", []string{"sleep", "10"}, []int{0}, 200 * time.Millisecond, false, true},
 		{"killed", []string{"sh", "-c", "kill -9 $$"}, []int{0}, time.Second, false, true},
+		// The process left behind holds stdout open; the answer is the
+		// exit code, without waiting for it (the test's bound below).
+		{"a process left behind", []string{"sh", "-c", "sleep 10 & exit 1"}, []int{1}, 10 * time.Second, true, false},
+		{"a process left behind, timeout", []string{"sh", "-c", "sleep 10 & sleep 10"}, []int{0}, 200 * time.Millisecond, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			began := time.Now()
 			got, err := Command{Argv: tt.argv, RebootCodes: tt.codes, Timeout: tt.timeout}.RebootRequired(context.Background())
 			if got != tt.want || (err != nil) != tt.err || (err != nil && !errors.Is(err, ErrCommand)) {
 				t.Errorf("got %v, %v; want %v, error %v", got, err, tt.want, tt.err)
+			}
+			if took := time.Since(began); took > 5*time.Second {
+				t.Errorf("returned after %s: it waited for a process left behind", took)
 			}
 		})
 	}

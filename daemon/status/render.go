@@ -8,24 +8,30 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Render writes the report for a person: the table of participating
-// nodes, the summary line, the limits in force and the call-outs.
+// nodes, the summary line, the limits in force and the call-outs. Every
+// string that comes from a claim or a Node (another node's, which may be
+// forged) is made printable first: a cell is quoted, a line has its
+// control characters escaped, so nothing reaches the terminal as an
+// escape sequence or breaks the table.
 func Render(w io.Writer, r Report) error {
 	var b strings.Builder
 	if len(r.Nodes) == 0 {
 		fmt.Fprintf(&b, "no node takes part: none is waiting for or holding a reboot slot (%d %s)\n", r.NodesTotal, plural(r.NodesTotal, "node", "nodes"))
 	} else {
 		table(&b, r)
-		b.WriteString("\n" + summaryLine(r) + "\n")
+		b.WriteString("\n" + printable(summaryLine(r)) + "\n")
 	}
-	b.WriteString(limitsLine(r) + "\n")
+	b.WriteString(printable(limitsLine(r)) + "\n")
 	if r.Self != "" {
-		fmt.Fprintf(&b, "this node: %s%s\n", r.Self, selfState(r))
+		b.WriteString(printable(fmt.Sprintf("this node: %s%s", field(r.Self), selfState(r))) + "\n")
 	}
 	for _, n := range r.Notes {
-		b.WriteString("! " + n + "\n")
+		b.WriteString("! " + printable(n) + "\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -42,20 +48,20 @@ func table(b *strings.Builder, r Report) {
 	tw := tabwriter.NewWriter(b, 0, 8, 2, ' ', 0)
 	head := []string{"NODE"}
 	for _, l := range r.GroupLabels {
-		head = append(head, strings.ToUpper(columnName(l, r.GroupLabels)))
+		head = append(head, field(strings.ToUpper(columnName(l, r.GroupLabels))))
 	}
 	fmt.Fprintln(tw, strings.Join(append(head, "STATE", "PHASE", "SINCE", "QUEUE", "HOLDING", "BLOCKED-BY"), "\t"))
 	for _, n := range r.Nodes {
-		row := []string{n.Name}
+		row := []string{field(n.Name)}
 		for _, l := range r.GroupLabels {
-			row = append(row, dash(n.Groups[l]))
+			row = append(row, dash(field(n.Groups[l])))
 		}
-		row = append(row, n.State, dash(phase(n)), dash(ageOf(n.Since != nil, n.SinceSeconds)))
+		row = append(row, field(n.State), dash(phase(n)), dash(ageOf(n.Since != nil, n.SinceSeconds)))
 		queue := ""
 		if n.Queue > 0 {
 			queue = strconv.Itoa(n.Queue)
 		}
-		row = append(row, dash(queue), dash(ageOf(n.Acquired != nil, n.HoldingSeconds)), dash(blockedBy(n)))
+		row = append(row, dash(queue), dash(ageOf(n.Acquired != nil, n.HoldingSeconds)), dash(printable(blockedBy(n))))
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	_ = tw.Flush()
@@ -73,7 +79,7 @@ func columnName(label string, all []string) string {
 }
 
 func phase(n Node) string {
-	p := n.Phase
+	p := field(n.Phase)
 	if n.Active && !n.Ready {
 		p = strings.TrimSpace(p + " (NotReady)")
 	}
@@ -150,7 +156,7 @@ func summaryLine(r Report) string {
 		if len(r.GroupLabels) > 1 {
 			name = columnName(d.Label, r.GroupLabels) + "=" + d.Value
 		}
-		parts = append(parts, name+" "+fraction(len(d.Active), d.Max))
+		parts = append(parts, field(name)+" "+fraction(len(d.Active), d.Max))
 	}
 	parts = append(parts, fmt.Sprintf("waiting %d", s.Waiting), fmt.Sprintf("alarms %d", s.Alarms))
 	return strings.Join(parts, " · ")
@@ -169,7 +175,7 @@ func limitsLine(r Report) string {
 	for _, l := range r.Limits {
 		name, per := "concurrency", ""
 		if l.Label != "" {
-			name, per = l.Label, " per value"
+			name, per = field(l.Label), " per value"
 		}
 		if l.Max == 0 {
 			parts = append(parts, name+" none")
@@ -208,4 +214,53 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// field is a string from a claim or a Node as one value in the output: as
+// it is when it is printable, else in Go quotes with its control
+// characters escaped (and so without a tab or a newline to break the
+// table).
+func field(s string) string {
+	if isPrintable(s) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// printable is a line of text with every character that is not printable
+// (control characters, terminal escapes, bidirectional overrides, bytes
+// that are not UTF-8) replaced by its Go escape.
+func printable(s string) string {
+	if isPrintable(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func isPrintable(s string) bool {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size <= 1 {
+				return false
+			}
+		}
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }

@@ -6,12 +6,15 @@
 //
 // Snapshot is a pure function of the Nodes, the local configuration and
 // the time; it counts with the lock's own rules (daemon/claim) on the
-// participants the lock itself builds (lock.Participants). Render writes
-// the table and JSON the schema of docs/status.md; Source reads the API.
+// participants the lock itself builds (lock.Participants, which also
+// judges each claim as another node's lock does: claim.Plausible). Render
+// writes the table and JSON the schema of docs/status.md; Source reads
+// the API.
 package status
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,11 +29,11 @@ import (
 
 // SchemaVersion is the version of the JSON document (docs/status.md).
 // Within a version fields may be added; none is removed or changes its
-// meaning.
-const SchemaVersion = 1
+// meaning. Version 2 dropped `relabelled`: such a claim is now unreadable.
+const SchemaVersion = 2
 
 // States of a participating node as status shows them: the claim's state,
-// or Unreadable for a claim that cannot be read.
+// or Unreadable for a claim that cannot be read or is not believed.
 const (
 	StateWaiting    = string(claim.Waiting)
 	StateEntering   = string(claim.Entering)
@@ -80,7 +83,6 @@ type Report struct {
 	Domains    []Domain     `json:"domains"`
 	Alarms     []Alarm      `json:"alarms"`
 	Unlabelled []Unlabelled `json:"unlabelled"`
-	Relabelled []Relabelled `json:"relabelled"`
 	// Notes are the call-outs in words, as the table prints them.
 	Notes []string `json:"notes"`
 }
@@ -190,15 +192,6 @@ type Unlabelled struct {
 	Label string `json:"label"`
 }
 
-// Relabelled is an active claim whose node's label differs from the value
-// recorded when it announced: it counts in both groups.
-type Relabelled struct {
-	Node     string `json:"node"`
-	Label    string `json:"label"`
-	Recorded string `json:"recorded"`
-	Current  string `json:"current"` // "" when the label is gone
-}
-
 // snap is one snapshot being reported.
 type snap struct {
 	ps     []claim.Participant
@@ -210,7 +203,10 @@ type snap struct {
 }
 
 // Snapshot reports on nodes (one consistent List of every Node) as the
-// local configuration sees them at now.
+// local configuration sees them at now, the API server's time: every
+// claim is judged as another node's lock judges it, against now and the
+// configuration's clock tolerance (the claim of the node status runs on
+// too: the others do not trust it either).
 func Snapshot(nodes []corev1.Node, local Local, now time.Time) Report {
 	ptrs := make([]*corev1.Node, len(nodes))
 	unschedulable := map[string]bool{}
@@ -218,7 +214,8 @@ func Snapshot(nodes []corev1.Node, local Local, now time.Time) Report {
 		ptrs[i] = &nodes[i]
 		unschedulable[nodes[i].Name] = nodes[i].Spec.Unschedulable
 	}
-	s := &snap{ps: lock.Participants(ptrs), local: local, own: lock.LimitsFrom(local.Lock), now: now, ttl: local.Lock.TTL.Std()}
+	tolerance, _ := local.Lock.ClockTolerance()
+	s := &snap{ps: lock.Participants(ptrs, now, tolerance), local: local, own: lock.LimitsFrom(local.Lock), now: now, ttl: local.Lock.TTL.Std()}
 	s.labels = s.groupLabels()
 	q := claim.Eligibility(s.ps, now, s.ttl, nil)
 	// Waiting nodes in the queue's order, the others by since.
@@ -235,7 +232,7 @@ func Snapshot(nodes []corev1.Node, local Local, now time.Time) Report {
 	r.Limits = s.limits()
 	r.Domains = s.domains()
 	r.Alarms = s.alarms()
-	r.Unlabelled, r.Relabelled = s.unlabelled(), s.relabelled()
+	r.Unlabelled = s.unlabelled()
 	r.Summary = summarize(r)
 	r.Notes = notes(r)
 	return r
@@ -303,15 +300,16 @@ func (s *snap) node(p claim.Participant, q claim.Queue, unschedulable bool) Node
 			n.Groups[l] = v
 		}
 	}
+	c := p.Claim
+	if len(c.Groups) > 0 {
+		// An unreadable claim counts in what it recorded too.
+		n.RecordedGroups = c.Groups
+	}
 	if p.Err != nil {
 		n.State, n.Error = StateUnreadable, p.Err.Error()
 		return n
 	}
-	c := p.Claim
 	n.Published = &claim.Limits{Concurrency: c.Limits.Concurrency, Groups: c.Limits.Groups}
-	if len(c.Groups) > 0 {
-		n.RecordedGroups = c.Groups
-	}
 	if !c.Since.IsZero() {
 		since := c.Since
 		n.Since, n.SinceSeconds = &since, seconds(s.now.Sub(since))
@@ -439,7 +437,11 @@ func (s *snap) alarms() []Alarm {
 			al.Kind, al.Message = StateUnreadable, a.Node+": "+a.What
 			if a.State == claim.Waiting {
 				i := slices.IndexFunc(s.ps, func(p claim.Participant) bool { return p.Name == a.Node })
-				al.Message = fmt.Sprintf("%s: waiting claim cannot be read (%v); the queue ignores it until it is fixed or removed", a.Node, s.ps[i].Err)
+				verb := "cannot be read"
+				if errors.Is(s.ps[i].Err, claim.ErrImplausible) {
+					verb = "is not believed"
+				}
+				al.Message = fmt.Sprintf("%s: waiting claim %s (%v); the queue ignores it until it is fixed or removed", a.Node, verb, s.ps[i].Err)
 			}
 		}
 		out = append(out, al)
@@ -453,22 +455,6 @@ func (s *snap) unlabelled() []Unlabelled {
 		for _, p := range s.counted() {
 			if len(p.Values(label)) == 0 {
 				out = append(out, Unlabelled{Node: p.Name, Label: label})
-			}
-		}
-	}
-	return out
-}
-
-func (s *snap) relabelled() []Relabelled {
-	out := []Relabelled{}
-	for _, p := range s.ps {
-		if p.Err != nil || !p.Claim.State.Active() {
-			continue
-		}
-		for _, label := range s.labels {
-			rec, ok := p.Claim.Groups[label]
-			if cur := p.Labels[label]; ok && cur != rec {
-				out = append(out, Relabelled{Node: p.Name, Label: label, Recorded: rec, Current: cur})
 			}
 		}
 	}
@@ -508,14 +494,6 @@ func notes(r Report) []string {
 				n.Name, age(time.Duration(n.HoldingSeconds)*time.Second), config.Duration(time.Duration(r.Config.TTLSeconds)*time.Second)))
 		}
 	}
-	for _, x := range r.Relabelled {
-		now := "its label now says " + x.Current
-		if x.Current == "" {
-			now = "it no longer has the label"
-		}
-		out = append(out, fmt.Sprintf("%s took its slot with %s=%s, but %s: it counts in both groups until it releases",
-			x.Node, x.Label, x.Recorded, now))
-	}
 	byLabel := map[string][]string{}
 	for _, u := range r.Unlabelled {
 		byLabel[u.Label] = append(byLabel[u.Label], u.Node)
@@ -528,7 +506,7 @@ func notes(r Report) []string {
 	}
 	for _, d := range r.Domains {
 		if d.Max > 0 && len(d.Active) > d.Max {
-			out = append(out, overLimit(d, r.Summary.Entering > 0))
+			out = append(out, overLimit(d, r.Summary.Entering > 0, unreadableIn(d, r.Nodes)))
 		}
 	}
 	return out
@@ -541,12 +519,27 @@ func them(n int) string {
 	return "them"
 }
 
+// unreadableIn names the active members of d whose claims are
+// unreadable.
+func unreadableIn(d Domain, nodes []Node) []string {
+	var out []string
+	for _, n := range nodes {
+		if n.State == StateUnreadable && slices.Contains(d.Active, n.Name) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
 // overLimit explains a domain with more active claims than its limit.
-func overLimit(d Domain, entering bool) string {
+func overLimit(d Domain, entering bool, unreadable []string) string {
 	why := "a claim's published limit or its recorded group differs from what the others see"
 	switch {
 	case d.State == StateUnreadable:
 		why = "a claim that cannot be read counts as holding with concurrency 1; no other node takes a slot until it is fixed or removed"
+	case len(unreadable) > 0:
+		why = fmt.Sprintf("unreadable claims (%s) count as holding, in the groups they recorded and in their nodes' current ones; no other node takes a slot here until they are fixed or removed",
+			strings.Join(unreadable, ", "))
 	case d.Kind == FromConfig:
 		why = "this configuration is stricter than the limits they took their slots under; it binds this node only"
 	case entering:

@@ -79,7 +79,12 @@ func waiting(since time.Duration, l claim.Limits) *claim.Claim {
 }
 
 func entering(since, updated time.Duration, l claim.Limits, z string) *claim.Claim {
-	return &claim.Claim{State: claim.Entering, Since: ago(since), Updated: ago(updated), Limits: l, Groups: map[string]string{zone: z}}
+	c := &claim.Claim{State: claim.Entering, Since: ago(since), Updated: ago(updated), Limits: l}
+	if z != "" {
+		// The lock records only the labels the node has.
+		c.Groups = map[string]string{zone: z}
+	}
+	return c
 }
 
 func holding(since, acquired time.Duration, phase claim.Phase, l claim.Limits, z string) *claim.Claim {
@@ -145,12 +150,31 @@ func fixtures() []fixture {
 			{name: "strict", zone: "zone-b", c: waiting(15*time.Minute, limits(1, 1))},
 			{name: "late", zone: "zone-a", c: waiting(2*time.Minute, limits(3, 2))},
 		}},
+		{"forged", local(3, 1, nil), forged()},
 		{"admin-defaults", defaults, []fx{
 			{name: "w-1", zone: "eu-1a", c: holding(40*time.Minute, 35*time.Minute, claim.PhaseAcquired, limits(2, 1), "eu-1a")},
 			{name: "w-2", zone: "eu-1b", c: entering(30*time.Second, time.Second, limits(2, 1), "eu-1b")},
 			{name: "w-3", zone: "eu-1a", c: waiting(20*time.Second, limits(2, 1))},
 			{name: "w-4", zone: "eu-1c", c: waiting(10*time.Second, limits(2, 1))},
 		}},
+	}
+}
+
+// forged are claims as a compromised node (or a broken clock) might write
+// them, with the default tolerance of 5 minutes.
+func forged() []fx {
+	future := holding(10*time.Minute, -time.Hour, claim.PhaseRebooting, limits(3, 1), "zone-a")
+	future.Updated = *future.Acquired
+	escape := holding(5*time.Minute, 4*time.Minute, "\x1b]0;owned\x07\x1b[2J", limits(3, 1), "zone-c")
+	zoneless := waiting(8*time.Minute, limits(3, 1))
+	zoneless.Groups = map[string]string{zone: "zone-x"} // a waiting claim's groups count for no one
+	later := waiting(-time.Hour, limits(3, 1))
+	return []fx{
+		{name: "future-holder", zone: "zone-a", c: future},
+		{name: "moved", zone: "zone-b", c: holding(20*time.Minute, 12*time.Minute, claim.PhaseDrained, limits(3, 1), "zone-a")},
+		{name: "escape", zone: "zone-c", c: escape},
+		{name: "waiter", zone: "zone-c", c: zoneless},
+		{name: "future-waiter", zone: "zone-b", c: later},
 	}
 }
 
@@ -291,6 +315,66 @@ func TestAge(t *testing.T) {
 	for _, tt := range tests {
 		if got := age(tt.d); got != tt.want {
 			t.Errorf("age(%s) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}
+
+// TestForgedClaims: claims that cannot be believed are shown as
+// unreadable, with the reason, and count as holding a slot (a waiting one
+// is left out of the queue); a readable claim's strings reach the
+// terminal with their control characters escaped.
+func TestForgedClaims(t *testing.T) {
+	r := fixture{"forged", local(3, 1, nil), forged()}.report(t)
+	for _, tc := range []struct {
+		name   string
+		active bool
+		says   string
+	}{
+		{"future-holder", true, "acquired is 1h0m0s ahead of the API server's clock, more than the clock tolerance of 5m0s: this host's or that node's clock is wrong, or the claim is forged"},
+		{"moved", true, `it recorded group topology.kubernetes.io/zone="zone-a" but the node's label is "zone-b": relabelled while holding, or forged`},
+		{"future-waiter", false, "since is 1h0m0s and updated is 1h0m0s ahead"},
+	} {
+		n := find(r, tc.name)
+		if n.State != StateUnreadable || n.Active != tc.active || !strings.Contains(n.Error, tc.says) || n.Queue != 0 {
+			t.Errorf("%s: %+v, want unreadable, active %v, saying %q", tc.name, n, tc.active, tc.says)
+		}
+	}
+	if n := find(r, "waiter"); n.State != StateWaiting {
+		t.Errorf("a waiting claim with a recorded group its node lacks: %+v, want waiting", n)
+	}
+	if s := r.Summary; s.Unreadable != 2 || s.Holding != 1 || s.Max != 1 || s.Alarms != 3 {
+		t.Errorf("summary %+v", s)
+	}
+	var out bytes.Buffer
+	if err := Render(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range out.Bytes() {
+		if (c < 0x20 && c != '\n') || c == 0x7f {
+			t.Fatalf("control character %#x at %d in the table:\n%s", c, i, out.String())
+		}
+	}
+	if want := `"\x1b]0;owned\a\x1b[2J"`; !strings.Contains(out.String(), want) {
+		t.Errorf("the forged phase is not shown quoted as %s:\n%s", want, out.String())
+	}
+}
+
+func TestPrintable(t *testing.T) {
+	for _, tc := range []struct{ in, field, line string }{
+		{"zone-a", "zone-a", "zone-a"},
+		{"two words", "two words", "two words"},
+		{"é ü 東京", "é ü 東京", "é ü 東京"},
+		{"\x1b[31mred", `"\x1b[31mred"`, `\x1b[31mred`},
+		{"a\tb\nc", `"a\tb\nc"`, `a\tb\nc`},
+		{"\u202eevil", `"\u202eevil"`, `\u202eevil`},
+		{"\u009b2J", `"\u009b2J"`, `\u009b2J`},
+		{"bad\xffbyte", `"bad\xffbyte"`, `bad\xffbyte`},
+	} {
+		if got := field(tc.in); got != tc.field {
+			t.Errorf("field(%q) = %s, want %s", tc.in, got, tc.field)
+		}
+		if got := printable(tc.in); got != tc.line {
+			t.Errorf("printable(%q) = %s, want %s", tc.in, got, tc.line)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/test/cluster"
 )
@@ -78,7 +79,9 @@ func (v *view) snapshot(ctx context.Context) ([]row, error) {
 			ours = append(ours, n)
 		}
 	}
-	q := claim.Eligibility(lock.Participants(ours), time.Now(), 0, nil)
+	now := time.Now()
+	tolerance, _ := config.Default().Lock.ClockTolerance()
+	q := claim.Eligibility(lock.Participants(ours, now, tolerance), now, 0, nil)
 	var rows []row
 	for _, h := range v.hosts {
 		n := byName[h.Name]

@@ -355,6 +355,110 @@ func TestUnreadableClaimBlocksASlot(t *testing.T) {
 	f.waitDone(ctx, []*cluster.SimHost{next}, 2)
 }
 
+// TestForgedClaimRaisesTheAlarm: a node writes, with its own credentials,
+// a holding claim that cannot be true: acquired and updated an hour in the
+// future (it would never reach an alarm age, and a TTL would never count
+// it out), or recording a zone its Node is not in. The other nodes' locks
+// do not believe it: each raises the UnreadableClaim alarm (an Event on
+// the forger's Node, the metric) and counts it as holding with
+// concurrency 1, so neither of them takes a slot, although each has room
+// in its own zone under the limits the claims publish. Once the forger's
+// claim is gone, they reboot, within the limits.
+func TestForgedClaimRaisesTheAlarm(t *testing.T) {
+	for _, tc := range []struct {
+		name, prefix string
+		forge        func(c *claim.Claim)
+		says         string
+	}{
+		{"an hour in the future", "future", func(c *claim.Claim) {
+			at := time.Now().UTC().Add(time.Hour).Truncate(time.Millisecond)
+			c.Acquired, c.Updated = &at, at
+		}, "and acquired is 1h0m0s ahead of the API server's clock, more than the clock tolerance"},
+		{"in a zone it is not in", "zone", func(c *claim.Claim) {
+			c.Groups = map[string]string{zoneLabel: "zone-c"}
+		}, `recorded group topology.kubernetes.io/zone="zone-c" but the node's label is "zone-a": relabelled while holding, or forged`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxFor(t, 2*time.Minute)
+			alarms := make(chan claim.Alarm, 10)
+			m := metrics.New()
+			f := newFleet(t, ctx, []hostSpec{
+				{name: tc.prefix + "-forger", zone: "zone-a", idle: true},
+				{name: tc.prefix + "-next-b", zone: "zone-b", limits: limits(3, 1), hold: 100 * time.Millisecond, alarms: alarms, metrics: m},
+				{name: tc.prefix + "-next-c", zone: "zone-c", limits: limits(3, 1), hold: 100 * time.Millisecond},
+			})
+			forger, nextB, nextC := f.host(tc.prefix+"-forger"), f.host(tc.prefix+"-next-b"), f.host(tc.prefix+"-next-c")
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			c := claim.Claim{State: claim.Holding, Since: now.Add(-time.Minute), Updated: now, Acquired: &now, Limits: limits(3, 1),
+				Groups: map[string]string{zoneLabel: "zone-a"}, BootID: forger.BootID(), Phase: claim.PhaseRebooting, Cordoned: true}
+			tc.forge(&c)
+			writeClaim(t, ctx, forger, string(claim.Holding), mustClaim(t, c))
+			for _, h := range []*cluster.SimHost{nextB, nextC} {
+				if err := h.SetRebootRequired(true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case a := <-alarms:
+				t.Logf("alarm raised by %s: node %s, state %s, unreadable %v: %s", nextB.Name, a.Node, a.State, a.Unreadable, a.What)
+				if a.Node != forger.Name || !a.Unreadable || a.State != claim.Holding || !strings.Contains(a.What, tc.says) || !strings.Contains(a.What, "not believed") {
+					t.Errorf("alarm %+v, want the forger's claim not believed: %q", a, tc.says)
+				}
+			case <-ctx.Done():
+				t.Fatal("no alarm about the forged claim")
+			}
+			time.Sleep(time.Second)
+			if nextB.Boots() != 1 || nextC.Boots() != 1 {
+				t.Fatalf("a node rebooted while the forged claim counted as holding with concurrency 1 (boots: %d, %d)", nextB.Boots(), nextC.Boots())
+			}
+			for _, h := range []*cluster.SimHost{nextB, nextC} {
+				n, err := cp.Admin.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st := n.Labels[claim.Label]; st != string(claim.Waiting) {
+					t.Errorf("%s: claim %q, want waiting behind the forged claim", h.Name, st)
+				}
+			}
+			e := expectEvent(t, ctx, forger.Name, lock.ReasonUnreadableClaim, tc.says)
+			t.Logf("event on %s: %s: %s", forger.Name, lock.ReasonUnreadableClaim, e)
+			if v := testutil.ToFloat64(m.ClaimAlarms.WithLabelValues("unreadable")); v != 1 {
+				t.Errorf("kured_host_claim_alarms{state=unreadable} = %v, want 1", v)
+			}
+			writeClaim(t, ctx, forger, "", "")
+			f.waitDone(ctx, []*cluster.SimHost{nextB, nextC}, 2)
+			if err := f.a.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// While the forged claim was there nobody else held a slot
+			// (concurrency 1), and once it was gone the two took theirs
+			// within the limits.
+			var forged *cluster.Acquisition
+			acqs := f.a.Acquisitions()
+			for i, a := range acqs {
+				if a.Node == forger.Name {
+					forged = &acqs[i]
+				}
+			}
+			if forged == nil || !forged.ReleasedOK {
+				t.Fatalf("the auditor did not see the forged claim come and go: %+v", acqs)
+			}
+			for _, a := range acqs {
+				if a.Node != forger.Name && a.Held.RV < forged.Released.RV {
+					t.Errorf("%s held a slot (rv %d) while the forged claim did (until rv %d)", a.Node, a.Held.RV, forged.Released.RV)
+				}
+			}
+			if v := f.a.CheckLimits(limits(3, 1)); len(v) > 0 {
+				t.Errorf("limits: %v", v)
+			}
+			// The forger released in the boot it "took" the slot in:
+			// that is the forgery, not the protocol; check the others.
+			f.a.Scope = func(n string) bool { return n == nextB.Name || n == nextC.Name }
+			f.check(ctx, limits(3, 1))
+		})
+	}
+}
+
 // TestDeadEnteringKeepsItsUnit: a node whose daemon died right after
 // announcing keeps its unit of capacity, and raises the entering alarm.
 func TestDeadEnteringKeepsItsUnit(t *testing.T) {
@@ -515,8 +619,9 @@ func TestReleaseDelaySurvivesRestart(t *testing.T) {
 	f.check(ctx, limits(1, 0))
 }
 
-// expectEvent waits for exactly one warning Event with reason about node.
-func expectEvent(t *testing.T, ctx context.Context, node, reason, says string) {
+// expectEvent waits for exactly one warning Event with reason about node,
+// and returns its message.
+func expectEvent(t *testing.T, ctx context.Context, node, reason, says string) string {
 	t.Helper()
 	for {
 		list, err := cp.Admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node})
@@ -536,11 +641,12 @@ func expectEvent(t *testing.T, ctx context.Context, node, reason, says string) {
 			t.Errorf("%d %s events, want one per episode", len(found), reason)
 		}
 		if len(found) == 1 {
-			return
+			return found[0]
 		}
 		select {
 		case <-ctx.Done():
 			t.Fatalf("no %s event on %s", reason, node)
+			return ""
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
