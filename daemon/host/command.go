@@ -145,23 +145,29 @@ func (t *tail) String() string {
 // Printable makes text from a program safe to show anywhere a line of
 // text goes (an Event, a message, a log line, sd_notify's STATUS): spaces
 // at either end trimmed, line breaks shown as " | ", tabs as spaces, and
-// every other character that is not printable (control characters,
-// terminal escapes, bidirectional overrides, bytes that are not UTF-8)
-// escaped as in Go.
+// every other character that is not printable escaped (Escape).
 func Printable(s string) string {
-	s = strings.TrimSpace(s)
+	lines := strings.Split(strings.ReplaceAll(strings.TrimSpace(s), "\r\n", "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = Escape(strings.ReplaceAll(l, "\t", " "))
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Escape replaces every character of s that is not printable (control
+// characters, terminal escapes, bidirectional overrides, bytes that are
+// not UTF-8) with its Go escape ("\x1b"), so that text from outside
+// cannot act on the terminal or the log it is shown in.
+func Escape(s string) string {
+	if isPrintable(s) {
+		return s
+	}
 	var b strings.Builder
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && size <= 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\r' && strings.HasPrefix(s[i+1:], "\n"):
-			// the \n that follows is the line break
-		case r == '\n':
-			b.WriteString(" | ")
-		case r == '\t':
-			b.WriteByte(' ')
 		case unicode.IsPrint(r):
 			b.WriteRune(r)
 		default:
@@ -171,6 +177,20 @@ func Printable(s string) string {
 		i += size
 	}
 	return b.String()
+}
+
+func isPrintable(s string) bool {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size <= 1 {
+				return false
+			}
+		}
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // CommandRebooter reboots by running a command (reboot.method =

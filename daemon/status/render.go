@@ -8,8 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/kured-host/kured-host/daemon/host"
 )
 
 // Render writes the report for a person: the table of participating
@@ -24,14 +24,14 @@ func Render(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, "no node takes part: none is waiting for or holding a reboot slot (%d %s)\n", r.NodesTotal, plural(r.NodesTotal, "node", "nodes"))
 	} else {
 		table(&b, r)
-		b.WriteString("\n" + printable(summaryLine(r)) + "\n")
+		b.WriteString("\n" + host.Escape(summaryLine(r)) + "\n")
 	}
-	b.WriteString(printable(limitsLine(r)) + "\n")
+	b.WriteString(host.Escape(limitsLine(r)) + "\n")
 	if r.Self != "" {
-		b.WriteString(printable(fmt.Sprintf("this node: %s%s", field(r.Self), selfState(r))) + "\n")
+		b.WriteString(host.Escape(fmt.Sprintf("this node: %s%s", field(r.Self), selfState(r))) + "\n")
 	}
 	for _, n := range r.Notes {
-		b.WriteString("! " + printable(n) + "\n")
+		b.WriteString("! " + host.Escape(n) + "\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -61,7 +61,7 @@ func table(b *strings.Builder, r Report) {
 		if n.Queue > 0 {
 			queue = strconv.Itoa(n.Queue)
 		}
-		row = append(row, dash(queue), dash(ageOf(n.Acquired != nil, n.HoldingSeconds)), dash(printable(blockedBy(n))))
+		row = append(row, dash(queue), dash(ageOf(n.Acquired != nil, n.HoldingSeconds)), dash(host.Escape(blockedBy(n))))
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	_ = tw.Flush()
@@ -221,46 +221,8 @@ func plural(n int, one, many string) string {
 // characters escaped (and so without a tab or a newline to break the
 // table).
 func field(s string) string {
-	if isPrintable(s) {
+	if host.Escape(s) == s {
 		return s
 	}
 	return strconv.Quote(s)
-}
-
-// printable is a line of text with every character that is not printable
-// (control characters, terminal escapes, bidirectional overrides, bytes
-// that are not UTF-8) replaced by its Go escape.
-func printable(s string) string {
-	if isPrintable(s) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size <= 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case unicode.IsPrint(r):
-			b.WriteRune(r)
-		default:
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-		i += size
-	}
-	return b.String()
-}
-
-func isPrintable(s string) bool {
-	for i, r := range s {
-		if r == utf8.RuneError {
-			if _, size := utf8.DecodeRuneInString(s[i:]); size <= 1 {
-				return false
-			}
-		}
-		if !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/host"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -373,8 +374,8 @@ func TestPrintable(t *testing.T) {
 		if got := field(tc.in); got != tc.field {
 			t.Errorf("field(%q) = %s, want %s", tc.in, got, tc.field)
 		}
-		if got := printable(tc.in); got != tc.line {
-			t.Errorf("printable(%q) = %s, want %s", tc.in, got, tc.line)
+		if got := host.Escape(tc.in); got != tc.line {
+			t.Errorf("host.Escape(%q) = %s, want %s", tc.in, got, tc.line)
 		}
 	}
 }
