@@ -14,7 +14,7 @@ SHELL_FILES := packaging/version.sh packaging/deb/postinst packaging/deb/prerm p
 export CGO_ENABLED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help demo build test unit fuzz lint package test-packages test-integration test-vm model-full bench-lock bench bench-idle tools clean
+.PHONY: help demo build test unit fuzz lint sim package test-packages test-integration test-vm model-full bench-lock bench bench-idle tools clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -38,8 +38,14 @@ fuzz: ## short fuzz runs of the claim parser and the lock's rules
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 200000x ./daemon/claim/
 	$(GO) test -run '^$$' -fuzz '^FuzzRules$$' -fuzztime 300000x ./daemon/claim/
 
+# The simulator (test/sim): the real daemon on simulated clusters, virtual
+# time, faults drawn per seed. SEED=N replays one seed; SEEDS=N runs N.
+SEEDS ?= 1000
+sim: ## the simulator: SEEDS seeds (1000) of the real daemon under faults; SEED=N replays one
+	SIM_SEEDS=$(SEEDS) SIM_SEED=$(SEED) $(GO) test -count=1 -timeout 30m -run '^TestSim$$' -v ./test/sim/
+
 lint: tools ## gofmt, go vet and shellcheck
-	@out=$$(gofmt -l cmd daemon packaging systemd test 2>/dev/null); \
+	@out=$$(gofmt -l cmd daemon internal model packaging systemd test tools 2>/dev/null); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	shellcheck $(SHELL_FILES)

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,32 +16,18 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/internal/audit"
 )
 
-// NodeState is what the auditor records of a Node at one revision.
-type NodeState struct {
-	RV            uint64
-	Seen          time.Time // when the auditor received it
-	Node          string
-	Deleted       bool
-	Labels        map[string]string
-	ClaimLabel    string // "" when there is no claim
-	Claim         claim.Claim
-	ClaimErr      error
-	Unschedulable bool
-	Ready         bool
-	BootID        string
-}
+// NodeState is what the auditor records of a Node at one revision
+// (internal/audit, shared with the simulator).
+type NodeState = audit.NodeState
 
-// Holding reports whether the node holds a slot at this revision: its claim
-// label says holding, or says something unknown (which counts as holding).
-func (s NodeState) Holding() bool {
-	switch claim.State(s.ClaimLabel) {
-	case "", claim.Waiting, claim.Entering:
-		return false
-	}
-	return !s.Deleted
-}
+// Violation is a broken invariant at a revision.
+type Violation = audit.Violation
+
+// Acquisition is one slot taken and given back.
+type Acquisition = audit.Acquisition
 
 // Auditor records every change of every Node, in resourceVersion order,
 // through one admin watch, and checks the invariants over the record.
@@ -129,17 +113,7 @@ func metaRV(obj any) (uint64, error) {
 
 func (a *Auditor) record(n *corev1.Node, deleted bool, rv string) {
 	v, _ := strconv.ParseUint(rv, 10, 64)
-	s := NodeState{
-		RV: v, Seen: time.Now(), Node: n.Name, Deleted: deleted,
-		Labels:        maps.Clone(n.Labels),
-		ClaimLabel:    n.Labels[claim.Label],
-		Unschedulable: n.Spec.Unschedulable,
-		Ready:         NodeReady(n),
-		BootID:        n.Status.NodeInfo.BootID,
-	}
-	if s.ClaimLabel != "" || n.Annotations[claim.Annotation] != "" {
-		s.Claim, s.ClaimErr = claim.Parse(s.ClaimLabel, n.Annotations[claim.Annotation])
-	}
+	s := audit.StateOf(n, v, deleted, time.Now())
 	a.mu.Lock()
 	a.history = append(a.history, s)
 	a.lastRV = max(a.lastRV, v)
@@ -195,264 +169,44 @@ func (a *Auditor) History() []NodeState {
 	return slices.Clone(a.history)
 }
 
-// Violation is a broken invariant at a revision.
-type Violation struct {
-	RV   uint64
-	Node string
-	What string
+func (a *Auditor) audit() audit.History {
+	return audit.History{States: a.History(), Scope: a.Scope}
 }
-
-func (v Violation) String() string { return fmt.Sprintf("rv %d, node %s: %s", v.RV, v.Node, v.What) }
 
 // Check runs every check and returns the violations as one error.
 func (a *Auditor) Check(limits claim.Limits) error {
-	var all []Violation
-	all = append(all, a.CheckLimits(limits)...)
-	all = append(all, a.CheckPublishedLimits()...)
-	all = append(all, a.CheckRebootsHeld()...)
-	all = append(all, a.CheckReleases()...)
-	all = append(all, a.CheckNotLeftCordoned()...)
 	a.mu.Lock()
 	err := a.err
 	a.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if len(all) == 0 {
-		return nil
-	}
-	lines := make([]string, 0, len(all))
-	for _, v := range all {
-		lines = append(lines, v.String())
-	}
-	return fmt.Errorf("%d invariant violation(s):\n  %s", len(all), strings.Join(lines, "\n  "))
-}
-
-// walk calls f after each recorded change with the state of every node at
-// that revision, and the previous state of the node that changed.
-func (a *Auditor) walk(f func(cur map[string]NodeState, changed NodeState, prev NodeState, hadPrev bool)) {
-	cur := map[string]NodeState{}
-	for _, s := range a.History() {
-		if a.Scope != nil && !a.Scope(s.Node) {
-			continue
-		}
-		prev, had := cur[s.Node]
-		if s.Deleted {
-			delete(cur, s.Node)
-		} else {
-			cur[s.Node] = s
-		}
-		f(cur, s, prev, had)
-	}
+	return audit.Errors(a.audit().Check(limits))
 }
 
 // CheckLimits: at every revision, no more holders than limits.Concurrency
 // in the cluster, and no more than each group's max among nodes with the
-// same value of the group's label (nodes without the label are not
-// counted in that group).
-func (a *Auditor) CheckLimits(limits claim.Limits) []Violation {
-	var out []Violation
-	a.walk(func(cur map[string]NodeState, s NodeState, _ NodeState, _ bool) {
-		var holders []string
-		for name, st := range cur {
-			if st.Holding() {
-				holders = append(holders, name)
-			}
-		}
-		slices.Sort(holders)
-		if len(holders) > limits.Concurrency {
-			out = append(out, Violation{s.RV, s.Node, fmt.Sprintf("%d holders %v, limit %d", len(holders), holders, limits.Concurrency)})
-		}
-		for _, g := range limits.Groups {
-			per := map[string][]string{}
-			for _, name := range holders {
-				if v, ok := cur[name].Labels[g.Label]; ok {
-					per[v] = append(per[v], name)
-				}
-			}
-			for v, names := range per {
-				if len(names) > g.Max {
-					out = append(out, Violation{s.RV, s.Node, fmt.Sprintf("%d holders %v in %s=%s, limit %d", len(names), names, g.Label, v, g.Max)})
-				}
-			}
-		}
-	})
-	return out
-}
+// same value of the group's label.
+func (a *Auditor) CheckLimits(limits claim.Limits) []Violation { return a.audit().CheckLimits(limits) }
 
 // CheckRebootsHeld: a node's boot ID changes only while it holds a slot.
-func (a *Auditor) CheckRebootsHeld() []Violation {
-	var out []Violation
-	a.walk(func(_ map[string]NodeState, s NodeState, prev NodeState, had bool) {
-		if had && !s.Deleted && prev.BootID != "" && s.BootID != prev.BootID && !prev.Holding() {
-			out = append(out, Violation{s.RV, s.Node, fmt.Sprintf("rebooted (boot %s -> %s) without holding a slot (claim %q)", short(prev.BootID), short(s.BootID), prev.ClaimLabel)})
-		}
-	})
-	return out
-}
+func (a *Auditor) CheckRebootsHeld() []Violation { return a.audit().CheckRebootsHeld() }
 
-// CheckReleases: a holder gives up its claim only after a reboot (a boot ID
-// other than the one it held the slot in), or after recording that it
-// aborted before rebooting with the node back as it found it; a deleted
-// Node takes its claim with it.
-func (a *Auditor) CheckReleases() []Violation {
-	var out []Violation
-	heldIn := map[string]string{} // node -> boot ID when it became holding
-	a.walk(func(_ map[string]NodeState, s NodeState, prev NodeState, had bool) {
-		if s.Deleted {
-			delete(heldIn, s.Node)
-			return
-		}
-		if s.Holding() {
-			if !had || !prev.Holding() {
-				heldIn[s.Node] = s.BootID
-			}
-			return
-		}
-		if !had || !prev.Holding() {
-			return
-		}
-		defer delete(heldIn, s.Node)
-		switch {
-		case s.BootID != heldIn[s.Node]:
-		case prev.Claim.Phase == claim.PhaseAborted && prev.Unschedulable == prev.Claim.WasUnschedulable:
-		default:
-			out = append(out, Violation{s.RV, s.Node, fmt.Sprintf("released the slot in the boot it took it in (%s), phase %q, without aborting", short(s.BootID), prev.Claim.Phase)})
-		}
-	})
-	return out
-}
+// CheckReleases: a holder gives up its claim only after a reboot, or
+// after an abort that left the node as it found it.
+func (a *Auditor) CheckReleases() []Violation { return a.audit().CheckReleases() }
 
-// CheckNotLeftCordoned: a node that kured-host cordoned (it became
-// unschedulable while holding, and the claim says it was schedulable
-// before) is schedulable again once it no longer takes part.
-func (a *Auditor) CheckNotLeftCordoned() []Violation {
-	cordoned := map[string]uint64{}
-	last := map[string]NodeState{}
-	a.walk(func(_ map[string]NodeState, s NodeState, prev NodeState, had bool) {
-		last[s.Node] = s
-		switch {
-		case s.Deleted, !s.Unschedulable:
-			delete(cordoned, s.Node)
-		case had && !prev.Unschedulable && s.Holding() && !s.Claim.WasUnschedulable:
-			cordoned[s.Node] = s.RV
-		}
-	})
-	var out []Violation
-	for node, rv := range cordoned {
-		if st := last[node]; st.ClaimLabel == "" {
-			out = append(out, Violation{rv, node, "cordoned by kured-host (at this revision) and left cordoned after giving up its claim"})
-		}
-	}
-	slices.SortFunc(out, func(x, y Violation) int { return int(x.RV) - int(y.RV) })
-	return out
-}
+// CheckNotLeftCordoned: a node that kured-host cordoned is schedulable
+// again once it no longer takes part.
+func (a *Auditor) CheckNotLeftCordoned() []Violation { return a.audit().CheckNotLeftCordoned() }
 
-func short(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
-}
-
-// CheckPublishedLimits is the protocol's own safety claim: at every
-// revision, no holder is in a domain (the cluster, or a group of its
-// published rules, on its recorded or current label values) with more
-// holders than the limit it published. With nodes configured differently
-// this is stricter than any single limit.
-func (a *Auditor) CheckPublishedLimits() []Violation {
-	var out []Violation
-	a.walk(func(cur map[string]NodeState, s NodeState, _ NodeState, _ bool) {
-		var holders []NodeState
-		for _, st := range cur {
-			if st.Holding() {
-				holders = append(holders, st)
-			}
-		}
-		for _, h := range holders {
-			if h.ClaimErr != nil {
-				continue
-			}
-			if n := len(holders); n > h.Claim.Limits.Concurrency {
-				out = append(out, Violation{s.RV, h.Node, fmt.Sprintf("%d holders; it published concurrency %d", n, h.Claim.Limits.Concurrency)})
-			}
-			for _, g := range h.Claim.Limits.Groups {
-				for _, v := range groupValues(h, g.Label) {
-					n := 0
-					for _, o := range holders {
-						if slices.Contains(groupValues(o, g.Label), v) {
-							n++
-						}
-					}
-					if n > g.Max {
-						out = append(out, Violation{s.RV, h.Node, fmt.Sprintf("%d holders in %s=%s; it published %d", n, g.Label, v, g.Max)})
-					}
-				}
-			}
-		}
-	})
-	return out
-}
-
-// groupValues are the values of label a node counts under: recorded in
-// its claim and current.
-func groupValues(s NodeState, label string) []string {
-	var vs []string
-	if v, ok := s.Claim.Groups[label]; ok {
-		vs = append(vs, v)
-	}
-	if v, ok := s.Labels[label]; ok && !slices.Contains(vs, v) {
-		vs = append(vs, v)
-	}
-	return vs
-}
-
-// Acquisition is one slot taken and given back.
-type Acquisition struct {
-	Node               string
-	Held, Released     NodeState // the revisions where the claim became holding and went away
-	ReleasedOK         bool      // false while still holding
-	BootHeld, BootLeft string
-}
+// CheckPublishedLimits: no holder is in a domain with more holders than
+// the limit it published.
+func (a *Auditor) CheckPublishedLimits() []Violation { return a.audit().CheckPublishedLimits() }
 
 // Acquisitions lists every slot taken, in the order taken.
-func (a *Auditor) Acquisitions() []Acquisition {
-	var out []Acquisition
-	open := map[string]int{}
-	a.walk(func(_ map[string]NodeState, s NodeState, prev NodeState, had bool) {
-		wasHolding := had && prev.Holding()
-		switch {
-		case s.Holding() && !wasHolding:
-			open[s.Node] = len(out)
-			out = append(out, Acquisition{Node: s.Node, Held: s, BootHeld: s.BootID})
-		case !s.Holding() && wasHolding:
-			if i, ok := open[s.Node]; ok {
-				out[i].Released, out[i].ReleasedOK, out[i].BootLeft = s, true, s.BootID
-				delete(open, s.Node)
-			}
-		}
-	})
-	return out
-}
+func (a *Auditor) Acquisitions() []Acquisition { return a.audit().Acquisitions() }
 
 // MaxHolders is the most holders seen at once in the cluster, and in any
 // one value of label (if label is not "").
-func (a *Auditor) MaxHolders(label string) (cluster, group int) {
-	a.walk(func(cur map[string]NodeState, _ NodeState, _ NodeState, _ bool) {
-		n := 0
-		per := map[string]int{}
-		for _, st := range cur {
-			if st.Holding() {
-				n++
-				if v, ok := st.Labels[label]; ok && label != "" {
-					per[v]++
-				}
-			}
-		}
-		cluster = max(cluster, n)
-		for _, c := range per {
-			group = max(group, c)
-		}
-	})
-	return cluster, group
-}
+func (a *Auditor) MaxHolders(label string) (cluster, group int) { return a.audit().MaxHolders(label) }

@@ -1,0 +1,169 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+func node(name string, labels map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+// TestWritesArePreconditioned: a patch that names an old resourceVersion
+// is refused with 409; one that names the current one is applied; a node
+// may not write another node's Node.
+func TestWritesArePreconditioned(t *testing.T) {
+	s := NewStore()
+	if _, err := s.CreateNode(node("a", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateNode(node("b", nil)); err != nil {
+		t.Fatal(err)
+	}
+	a := s.Client(NodeIdentity("a")).Kube.CoreV1().Nodes()
+	ctx := context.Background()
+	n, err := a.Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := n.ResourceVersion
+	patch := func(rv string) error {
+		_, err := a.Patch(ctx, "a", types.MergePatchType, []byte(`{"metadata":{"resourceVersion":"`+rv+`","labels":{"x":"y"}}}`), metav1.PatchOptions{})
+		return err
+	}
+	if err := patch(old); err != nil {
+		t.Fatalf("patch at the current version: %v", err)
+	}
+	if err := patch(old); !apierrors.IsConflict(err) {
+		t.Errorf("patch at an old version: %v, want a conflict", err)
+	}
+	if _, err := a.Patch(ctx, "b", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("a patches b: %v, want forbidden", err)
+	}
+	if len(s.Denied()) != 1 {
+		t.Errorf("denied %q", s.Denied())
+	}
+	if err := s.DeleteNode("a"); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := s.CreateNode(node("a", nil))
+	if again.UID == n.UID {
+		t.Error("a Node created again kept its UID")
+	}
+}
+
+// TestWatch: events in order, an object leaving the selector is deleted,
+// a watch from a forgotten version gets 410, a watch-list ends its
+// initial events with a bookmark, and lag delays delivery.
+func TestWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewStore()
+		s.Faults.WatchLag = func(Request) time.Duration { return 3 * time.Second }
+		c := s.Client(Admin)
+		ctx := context.Background()
+		_, _ = s.CreateNode(node("a", map[string]string{"claim": "waiting"}))
+		_, _ = s.CreateNode(node("b", nil))
+		yes := true
+		w, err := c.Kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: "claim", SendInitialEvents: &yes, AllowWatchBookmarks: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		start := time.Now()
+		next := func() watch.Event {
+			t.Helper()
+			select {
+			case ev := <-w.ResultChan():
+				return ev
+			case <-time.After(time.Hour):
+				t.Fatal("no event")
+			}
+			return watch.Event{}
+		}
+		if ev := next(); ev.Type != watch.Added || ev.Object.(*corev1.Node).Name != "a" {
+			t.Errorf("first event %v", ev)
+		}
+		if lag := time.Since(start); lag != 3*time.Second {
+			t.Errorf("delivered after %s, want the 3s lag", lag)
+		}
+		if ev := next(); ev.Type != watch.Bookmark || ev.Object.(*corev1.Node).Annotations[initialEventsEnd] != "true" {
+			t.Errorf("second event %v, want the end of the initial events", ev)
+		}
+		_ = s.UpdateNode("b", Admin, func(n *corev1.Node) { n.Labels = map[string]string{"claim": "waiting"} })
+		_ = s.UpdateNode("a", Admin, func(n *corev1.Node) { n.Labels = nil })
+		if ev := next(); ev.Type != watch.Added || ev.Object.(*corev1.Node).Name != "b" {
+			t.Errorf("b labelled: %v", ev)
+		}
+		if ev := next(); ev.Type != watch.Deleted || ev.Object.(*corev1.Node).Name != "a" {
+			t.Errorf("a unlabelled: %v", ev)
+		}
+
+		s.ExpireHistory()
+		old, err := c.Kube.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{ResourceVersion: "1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := <-old.ResultChan()
+		if st, ok := ev.Object.(*metav1.Status); ev.Type != watch.Error || !ok || st.Code != 410 {
+			t.Errorf("watch from a forgotten version: %v", ev)
+		}
+		if _, open := <-old.ResultChan(); open {
+			t.Error("the expired watch stayed open")
+		}
+	})
+}
+
+// TestInformer: client-go's informer (with watch-list, as in production)
+// follows the store, and a severed client's requests fail.
+func TestInformer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewStore()
+		c := s.Client(NodeIdentity("a"))
+		_, _ = s.CreateNode(node("a", map[string]string{"claim": "waiting"}))
+		nodes := c.Kube.CoreV1().Nodes()
+		inf := cache.NewSharedIndexInformer(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = "claim"
+				return nodes.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = "claim"
+				return nodes.Watch(ctx, o)
+			},
+		}, &corev1.Node{}, 0, cache.Indexers{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go inf.RunWithContext(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			t.Fatal("not synced")
+		}
+		_, _ = s.CreateNode(node("b", map[string]string{"claim": "holding"}))
+		synctest.Wait()
+		if got := len(inf.GetStore().List()); got != 2 {
+			t.Errorf("informer has %d nodes, want 2", got)
+		}
+		s.EndWatches("")
+		_, _ = s.CreateNode(node("c", map[string]string{"claim": "holding"}))
+		time.Sleep(10 * time.Second) // the reflector's back-off
+		synctest.Wait()
+		if got := len(inf.GetStore().List()); got != 3 {
+			t.Errorf("after the watch ended, informer has %d nodes, want 3", got)
+		}
+		c.Sever()
+		if _, err := nodes.Get(ctx, "a", metav1.GetOptions{}); !errors.Is(err, ErrSevered) {
+			t.Errorf("severed: %v", err)
+		}
+		cancel()
+	})
+}

@@ -1,0 +1,344 @@
+// Package api is an in-memory Kubernetes API for the simulator, with the
+// semantics kured-host's lock and cycle rely on: one resourceVersion for
+// every write, preconditions on it (409 Conflict), UIDs (a Node deleted
+// and created again gets a new one), consistent and cached Lists, watches
+// in resourceVersion order with initial events, bookmarks, lag and 410
+// Gone, and the Node authorizer's rule that a node writes only its own
+// Node and evicts only its own pods. It is served to the product's code as
+// client-go's kubernetes.Interface and metadata.Interface, each client with
+// an identity, and it records every revision of every Node for the
+// checkers.
+//
+// Nothing in it blocks on a mutex while waiting for time to pass, so that
+// it runs inside a testing/synctest bubble.
+package api
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Admin is the identity of the cluster's administrators (and of the
+// simulator's own bookkeeping).
+const Admin = "admin"
+
+// NodeIdentity is the user of a node's credentials.
+func NodeIdentity(node string) string { return "system:node:" + node }
+
+// Revision is a Node as one write left it.
+type Revision struct {
+	RV      uint64
+	At      time.Time
+	By      string // the identity that wrote it
+	Node    *corev1.Node
+	Deleted bool
+}
+
+// Store holds the objects.
+type Store struct {
+	mu   sync.Mutex
+	rv   uint64
+	uids uint64
+
+	nodes map[string]*corev1.Node
+	pods  map[string]*corev1.Pod // namespace/name
+	// events counts the Events created, by reason.
+	events map[string]int
+
+	// revisions is every Node revision, in order (for the checkers and
+	// for Lists served from the lagging cache).
+	revisions []Revision
+	// log is every watchable change, in order, for watches that resume
+	// from a resourceVersion; entries older than window are dropped, and
+	// a watch from before them gets 410 Gone.
+	log      []change
+	window   int
+	watchers map[*watcher]struct{}
+
+	// Faults decides, per request, what goes wrong.
+	Faults Faults
+	// OnNode is called (outside the lock's critical section is not
+	// guaranteed: keep it short, never call the Store) after each Node
+	// write with the new revision.
+	OnNode func(Revision)
+	// OnEvict is called after a pod is evicted (deleted by an eviction).
+	OnEvict func(pod *corev1.Pod)
+	// Denied records every request the authorizer refused.
+	denied []string
+}
+
+// change is one write, as watchers see it.
+type change struct {
+	rv       uint64
+	resource string
+	old, new any // *corev1.Node or *corev1.Pod; nil when absent
+}
+
+// NewStore is an empty cluster.
+func NewStore() *Store {
+	return &Store{
+		nodes: map[string]*corev1.Node{}, pods: map[string]*corev1.Pod{}, events: map[string]int{},
+		window: 2000, watchers: map[*watcher]struct{}{},
+	}
+}
+
+var (
+	nodesResource = schema.GroupResource{Resource: "nodes"}
+	podsResource  = schema.GroupResource{Resource: "pods"}
+)
+
+// RV is the newest resourceVersion.
+func (s *Store) RV() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rv
+}
+
+// Revisions returns every Node revision so far.
+func (s *Store) Revisions() []Revision {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.revisions)
+}
+
+// Denied lists the refused requests (who, what).
+func (s *Store) Denied() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.denied)
+}
+
+// Events returns how many Events of each reason were created.
+func (s *Store) Events() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.events)
+}
+
+// Node returns a copy of a Node, or nil.
+func (s *Store) Node(name string) *corev1.Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n, ok := s.nodes[name]; ok {
+		return n.DeepCopy()
+	}
+	return nil
+}
+
+// NodeNames lists the Nodes.
+func (s *Store) NodeNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.nodes))
+}
+
+// Pods returns copies of the pods for which keep is true.
+func (s *Store) Pods(keep func(*corev1.Pod) bool) []*corev1.Pod {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*corev1.Pod
+	for _, k := range slices.Sorted(maps.Keys(s.pods)) {
+		if p := s.pods[k]; keep == nil || keep(p) {
+			out = append(out, p.DeepCopy())
+		}
+	}
+	return out
+}
+
+func (s *Store) next() uint64 {
+	s.rv++
+	return s.rv
+}
+
+func (s *Store) uid() types.UID {
+	s.uids++
+	return types.UID(fmt.Sprintf("uid-%d", s.uids))
+}
+
+func rvOf(m metav1.Object) uint64 {
+	v, _ := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+	return v
+}
+
+// putNode stores n (nil deletes name) as a new revision by who, and tells
+// the watchers. s.mu is held.
+func (s *Store) putNode(name string, n *corev1.Node, who string) *corev1.Node {
+	old := s.nodes[name]
+	rv := s.next()
+	rev := Revision{RV: rv, At: time.Now(), By: who}
+	if n == nil {
+		delete(s.nodes, name)
+		gone := old.DeepCopy()
+		gone.ResourceVersion = strconv.FormatUint(rv, 10)
+		rev.Node, rev.Deleted = gone, true
+	} else {
+		n.ResourceVersion = strconv.FormatUint(rv, 10)
+		s.nodes[name] = n
+		rev.Node = n.DeepCopy()
+	}
+	s.revisions = append(s.revisions, rev)
+	var o, nw any
+	if old != nil {
+		o = old
+	}
+	if n != nil {
+		nw = n
+	}
+	s.publish(change{rv: rv, resource: "nodes", old: o, new: nw})
+	if s.OnNode != nil {
+		s.OnNode(rev)
+	}
+	return n
+}
+
+func (s *Store) putPod(key string, p *corev1.Pod) {
+	old := s.pods[key]
+	rv := s.next()
+	var o, nw any
+	if old != nil {
+		o = old
+	}
+	if p == nil {
+		delete(s.pods, key)
+	} else {
+		p.ResourceVersion = strconv.FormatUint(rv, 10)
+		s.pods[key] = p
+		nw = p
+	}
+	s.publish(change{rv: rv, resource: "pods", old: o, new: nw})
+}
+
+// CreateNode registers a Node as its kubelet does (as the node itself).
+func (s *Store) CreateNode(n *corev1.Node) (*corev1.Node, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.nodes[n.Name]; ok {
+		return nil, apierrors.NewAlreadyExists(nodesResource, n.Name)
+	}
+	n = n.DeepCopy()
+	n.UID = s.uid()
+	n.CreationTimestamp = metav1.NewTime(time.Now())
+	return s.putNode(n.Name, n, NodeIdentity(n.Name)).DeepCopy(), nil
+}
+
+// UpdateNode changes a Node in place as who (the kubelet's status, an
+// admin's edit), whatever its resourceVersion.
+func (s *Store) UpdateNode(name, who string, change func(*corev1.Node)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[name]
+	if !ok {
+		return apierrors.NewNotFound(nodesResource, name)
+	}
+	n = n.DeepCopy()
+	change(n)
+	s.putNode(name, n, who)
+	return nil
+}
+
+// DeleteNode deletes a Node (an admin).
+func (s *Store) DeleteNode(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.nodes[name]; !ok {
+		return apierrors.NewNotFound(nodesResource, name)
+	}
+	s.putNode(name, nil, Admin)
+	return nil
+}
+
+// CreatePod adds a pod (a controller's).
+func (s *Store) CreatePod(p *corev1.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p = p.DeepCopy()
+	p.UID = s.uid()
+	p.CreationTimestamp = metav1.NewTime(time.Now())
+	s.putPod(p.Namespace+"/"+p.Name, p)
+}
+
+// UpdatePod changes a pod in place (its kubelet, its controller).
+func (s *Store) UpdatePod(namespace, name string, change func(*corev1.Pod)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := namespace + "/" + name
+	p, ok := s.pods[key]
+	if !ok {
+		return false
+	}
+	p = p.DeepCopy()
+	change(p)
+	s.putPod(key, p)
+	return true
+}
+
+// DeletePod removes a pod.
+func (s *Store) DeletePod(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.pods[namespace+"/"+name]; ok {
+		s.putPod(namespace+"/"+name, nil)
+	}
+}
+
+// nodesAt is the Nodes as they were at rv (for Lists from the cache).
+// s.mu is held.
+func (s *Store) nodesAt(rv uint64) []*corev1.Node {
+	at := map[string]*corev1.Node{}
+	for _, r := range s.revisions {
+		if r.RV > rv {
+			break
+		}
+		if r.Deleted {
+			delete(at, r.Node.Name)
+		} else {
+			at[r.Node.Name] = r.Node
+		}
+	}
+	out := make([]*corev1.Node, 0, len(at))
+	for _, k := range slices.Sorted(maps.Keys(at)) {
+		out = append(out, at[k].DeepCopy())
+	}
+	return out
+}
+
+// cacheRV is the newest revision the watch cache has, lag behind.
+// s.mu is held.
+func (s *Store) cacheRV(lag time.Duration) uint64 {
+	if lag <= 0 {
+		return s.rv
+	}
+	cut := time.Now().Add(-lag)
+	var rv uint64
+	for _, r := range s.revisions {
+		if r.At.After(cut) {
+			break
+		}
+		rv = r.RV
+	}
+	return rv
+}
+
+func (s *Store) deny(who, what string) error {
+	s.denied = append(s.denied, who+": "+what)
+	return apierrors.NewForbidden(nodesResource, "", fmt.Errorf("%s may not %s", who, what))
+}
+
+// authorizeNodeWrite is the Node authorizer with NodeRestriction: a node
+// may write only its own Node. s.mu is held.
+func (s *Store) authorizeNodeWrite(who, name, verb string) error {
+	if who == Admin || who == NodeIdentity(name) {
+		return nil
+	}
+	return s.deny(who, verb+" node "+name)
+}

@@ -1,0 +1,175 @@
+package sim
+
+import (
+	"errors"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/test/sim/api"
+)
+
+// errOutage is what every request gets while the API server is away.
+var errOutage = errors.New("connect: connection refused (API server down)")
+
+// window is when faults happen: while the roll is likely under way.
+func (w *World) window() time.Duration {
+	return time.Duration(w.o.Nodes/max(w.o.Concurrency, 1)+2) * 4 * time.Minute
+}
+
+// at runs f at a random time in the fault window.
+func (w *World) at(f func()) {
+	when := w.draw(Span{0, w.window()})
+	w.goSafe(func() {
+		if sleep(w.ctx, when) == nil {
+			f()
+		}
+	})
+}
+
+func (w *World) randomHost() *Host { return w.Hosts[w.intn(len(w.Hosts))] }
+
+// startFaults arms the faults of the run.
+func (w *World) startFaults() {
+	f := w.o.Faults
+	var outageUntil time.Time
+	if f.LostReply {
+		w.store.Faults.LoseReply = func(r api.Request) bool { return r.Who != api.Admin && w.chance(0.05) }
+	}
+	if f.Outage {
+		n := 1 + w.intn(3)
+		for range n {
+			w.at(func() {
+				d := w.draw(Span{5 * time.Second, 90 * time.Second})
+				w.tracef("api", "outage for %s (fault)", d.Round(time.Second))
+				w.mu.Lock()
+				outageUntil = time.Now().Add(d)
+				w.mu.Unlock()
+				w.store.EndWatches("")
+			})
+		}
+		w.store.Faults.Before = func(r api.Request) error {
+			if r.Who == api.Admin {
+				return nil
+			}
+			w.mu.Lock()
+			down := time.Now().Before(outageUntil)
+			w.mu.Unlock()
+			if down {
+				return errOutage
+			}
+			return nil
+		}
+	}
+	if f.WatchLag {
+		lag, cache := w.draw(Span{0, 3 * time.Second}), w.draw(Span{0, 5 * time.Second})
+		w.store.Faults.WatchLag = func(api.Request) time.Duration { return lag }
+		w.store.Faults.CacheLag = func(api.Request) time.Duration { return cache }
+	}
+	if f.WatchEnd {
+		for range 2 + w.intn(4) {
+			w.at(func() {
+				if w.chance(0.5) {
+					w.tracef("api", "history compacted (fault): resumed watches get 410")
+					w.store.ExpireHistory()
+				}
+				w.tracef("api", "every watch ends (fault)")
+				w.store.EndWatches("")
+			})
+		}
+	}
+	if f.Crash {
+		for range 1 + w.intn(2*w.o.Nodes) {
+			w.at(func() { w.randomHost().restartDaemon(w.draw(Span{100 * time.Millisecond, 15 * time.Second})) })
+		}
+	}
+	if f.AdminEdits {
+		for range 1 + w.intn(3) {
+			w.at(w.adminEdit)
+		}
+	}
+	if f.NodeDelete {
+		w.at(func() {
+			h := w.randomHost()
+			w.tracef(h.Name, "the admin deletes the Node (fault)")
+			if w.store.DeleteNode(h.Name) != nil {
+				return
+			}
+			// The kubelet registers it again.
+			if sleep(w.ctx, w.draw(Span{5 * time.Second, time.Minute})) == nil {
+				if boot, err := h.BootID(); err == nil && h.register() == nil {
+					_ = w.store.UpdateNode(h.Name, api.NodeIdentity(h.Name), func(n *corev1.Node) {
+						n.Status.NodeInfo.BootID = boot
+						setReady(n, corev1.ConditionTrue)
+					})
+				}
+			}
+		})
+	}
+	if f.Relabel && w.o.Zones > 1 {
+		w.at(func() {
+			h := w.randomHost()
+			zone := string(rune('a' + w.intn(w.o.Zones)))
+			w.tracef(h.Name, "the admin moves it to zone-%s (fault)", zone)
+			_ = w.store.UpdateNode(h.Name, api.Admin, func(n *corev1.Node) { n.Labels[config.ZoneLabel] = "zone-" + zone })
+		})
+	}
+	if f.Unplanned {
+		for range 1 + w.intn(3) {
+			w.at(func() { w.randomHost().crashReboot(w.draw(w.o.DownTime)) })
+		}
+	}
+	if f.Death {
+		w.at(func() { w.randomHost().die() })
+	}
+}
+
+// adminEdit is something an admin does to a claim by hand: remove it,
+// change its label alone, or leave an annotation this build cannot read
+// (garbage, a future version). A claim the daemons cannot read counts as
+// holding until it is fixed: the admin removes it again a while later,
+// as the UnreadableClaim alarm says to.
+func (w *World) adminEdit() {
+	h := w.randomHost()
+	n := w.store.Node(h.Name)
+	if n == nil || n.Labels[claim.Label] == "" {
+		return
+	}
+	edit := w.intn(4)
+	var what string
+	err := w.store.UpdateNode(h.Name, api.Admin, func(n *corev1.Node) {
+		switch edit {
+		case 0:
+			what = "removes the claim"
+			delete(n.Labels, claim.Label)
+			delete(n.Annotations, claim.Annotation)
+		case 1:
+			states := []claim.State{claim.Waiting, claim.Entering, claim.Holding}
+			to := states[w.intn(len(states))]
+			what = "sets the claim's label alone to " + string(to)
+			n.Labels[claim.Label] = string(to)
+		case 2:
+			what = "writes a garbage claim annotation"
+			n.Annotations[claim.Annotation] = "{not json"
+		case 3:
+			what = "writes a claim of a future version"
+			n.Annotations[claim.Annotation] = `{"v":2,"state":"holding"}`
+		}
+	})
+	if err != nil {
+		return
+	}
+	w.tracef(h.Name, "the admin %s (fault)", what)
+	if edit < 2 {
+		return
+	}
+	if sleep(w.ctx, w.draw(Span{2 * time.Minute, 10 * time.Minute})) == nil {
+		w.tracef(h.Name, "the admin removes the claim it broke")
+		_ = w.store.UpdateNode(h.Name, api.Admin, func(n *corev1.Node) {
+			delete(n.Labels, claim.Label)
+			delete(n.Annotations, claim.Annotation)
+		})
+	}
+}
