@@ -21,6 +21,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/block"
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/drain"
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/daemon/metrics"
@@ -38,6 +39,8 @@ type Locker interface {
 	Start(ctx context.Context) error
 	Own(ctx context.Context) (claim.Claim, claim.State, error)
 	Known() (claim.Claim, claim.State)
+	Unreadable() error
+	Annotation(key string) string
 	Join(ctx context.Context) error
 	Acquire(ctx context.Context) (claim.Claim, error)
 	Update(ctx context.Context, change func(*claim.Claim)) (claim.Claim, error)
@@ -99,6 +102,10 @@ type Daemon struct {
 	Trim func() (int64, error)
 	Node string
 	Now  func() time.Time
+
+	// holding is the holding claim of this boot as the last step saw it:
+	// a claim that vanishes from under it goes through the lost path.
+	holding *claim.Claim
 
 	mu     sync.Mutex
 	needed bool
@@ -293,8 +300,24 @@ func (d *Daemon) recheck() time.Duration {
 // step does one transition of the cycle.
 func (d *Daemon) step(ctx context.Context, log *slog.Logger) error {
 	c, state := d.Lock.Known()
+	if err := d.Lock.Unreadable(); err != nil {
+		return d.unreadable(ctx, log, state, err)
+	}
+	if held := d.holding; held != nil && (state != claim.Holding || c.Acquired == nil || !c.Acquired.Equal(derefTime(held.Acquired))) {
+		// Gone since the last step (a write's reply, a read, the reply to
+		// a cordon showed it): whichever way, one lost path. (This
+		// process took it in this boot: a reboot starts a new process.)
+		d.holding = nil
+		return d.lostPath(ctx, log, *held, "the claim went away")
+	}
 	switch state {
 	case "":
+		if d.Lock.Annotation(drain.CordonAnnotation) != "" {
+			// A cordon of ours that outlived its claim (lost while this
+			// daemon was not running): undo it.
+			log.Warn("this node is still cordoned by kured-host, with no claim left; uncordoning")
+			return d.uncordon(ctx, log, "Uncordoned: the reboot slot was lost")
+		}
 		return d.idle(ctx, log)
 	case claim.Waiting, claim.Entering:
 		return d.acquire(ctx, log)
@@ -306,16 +329,53 @@ func (d *Daemon) step(ctx context.Context, log *slog.Logger) error {
 		if c.BootID != "" && c.BootID != boot {
 			return d.afterReboot(ctx, log, c)
 		}
+		held := c
+		d.holding = &held
 		return d.beforeReboot(ctx, log, c, boot)
 	}
+	return d.unreadable(ctx, log, state, fmt.Errorf("its label is %q, a state this daemon does not write", state))
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// unreadable handles an own claim that cannot be read: garbage, another
+// version, a label and an annotation that disagree (an admin's edit of one
+// of them). A waiting or entering one stands for nothing this daemon has
+// done: it is removed, and the node starts over. A holding one (or a state
+// this daemon does not write) may stand for a cordon, a drain, a reboot
+// asked for: the daemon never guesses what it was, never releases it nor
+// uncordons on it, and says so until an admin fixes or removes it; the
+// other nodes count it as holding meanwhile. (Removed, a cordon of
+// kured-host's is undone from its annotation.)
+func (d *Daemon) unreadable(ctx context.Context, log *slog.Logger, state claim.State, why error) error {
+	if state == claim.Waiting || state == claim.Entering {
+		log.Warn("own claim cannot be read; removing it and starting over", "state", string(state), "err", why)
+		d.event(ctx, log, "Warning", lock.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it was "+string(state)+", so it was removed and the node starts over")
+		return d.Lock.Release(ctx)
+	}
 	d.state("unreadable")
-	d.setStatus("own claim cannot be read; waiting for it to be fixed or removed")
-	log.Error("own claim is in a state this daemon does not write; leaving it alone", "state", string(state))
+	status := "own claim cannot be read; keeping it until an admin fixes or removes it: " + firstLine(why.Error())
+	d.mu.Lock()
+	same := d.status == status
+	d.mu.Unlock()
+	if !same {
+		log.Error("own claim cannot be read; leaving it alone (no release, no uncordon) until an admin fixes or removes it", "state", string(state), "err", why)
+		d.event(ctx, log, "Warning", lock.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it counts as holding a reboot slot. kured-host leaves it alone: fix or remove it (kubectl label/annotate node "+d.Node+" "+claim.Label+"-)")
+	}
+	d.setStatus(status)
 	if err := d.waitChange(ctx, d.recheck()); err != nil {
 		return err
 	}
 	_, _, err := d.Lock.Own(ctx)
-	return err
+	if err != nil && !errors.Is(err, claim.ErrUnparsable) {
+		return err
+	}
+	return nil
 }
 
 // idle: join the queue once a reboot is needed and nothing blocks it.
@@ -468,6 +528,7 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 			if err := d.Lock.Release(ctx); err != nil {
 				return err
 			}
+			d.holding = nil
 			d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back before cordoning: blocked by "+block.Summary(blocked))
 			return nil
 		}
@@ -499,6 +560,11 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 	case claim.PhaseCordoned:
 		d.state("draining")
 		if c.Cordoned {
+			// A restart between the record and the cordon: the cordon
+			// is a disruptive step, confirmed first like the others.
+			if _, err := d.Lock.Confirm(ctx); err != nil {
+				return d.lost(ctx, log, c, err)
+			}
 			if _, err := d.Drainer.Cordon(ctx); err != nil {
 				return err
 			}
@@ -628,12 +694,10 @@ func (d *Daemon) abort(ctx context.Context, log *slog.Logger, c claim.Claim, cau
 }
 
 func (d *Daemon) finishAbort(ctx context.Context, log *slog.Logger, c claim.Claim) error {
-	if c.Cordoned {
-		if err := d.Drainer.Uncordon(ctx); err != nil {
+	if d.cordonedByUs(c) {
+		if err := d.uncordon(ctx, log, "Uncordoned: the reboot was given up"); err != nil {
 			return err
 		}
-		log.Info("uncordoned")
-		d.event(ctx, log, "Normal", ReasonUncordoned, "Uncordoned: the reboot was given up")
 	}
 	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.Cancelled(ctx) })
 	if c.Phase != claim.PhaseAborted {
@@ -644,6 +708,7 @@ func (d *Daemon) finishAbort(ctx context.Context, log *slog.Logger, c claim.Clai
 	if err := d.Lock.Release(ctx); err != nil {
 		return err
 	}
+	d.holding = nil
 	d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back without rebooting")
 	return nil
 }
@@ -656,29 +721,56 @@ func (d *Daemon) lostIf(ctx context.Context, log *slog.Logger, c claim.Claim, er
 	return d.lost(ctx, log, c, err)
 }
 
-// lost: the claim is gone before the reboot. Put the node back as it was
-// and start over; a lost claim is never recreated as holding.
+// lost handles an error that may say the claim is gone.
 func (d *Daemon) lost(ctx context.Context, log *slog.Logger, c claim.Claim, err error) error {
 	if !errors.Is(err, lock.ErrLost) {
 		return err
 	}
-	log.Warn("the slot is no longer ours before the reboot; stopping and starting over", "err", err)
+	return d.lostPath(ctx, log, c, err.Error())
+}
+
+// lostPath: the claim is gone before the reboot. Stop, put the node back
+// as it was (uncordon if kured-host cordoned it), report, and start over;
+// a lost claim is never recreated as holding.
+func (d *Daemon) lostPath(ctx context.Context, log *slog.Logger, c claim.Claim, why string) error {
+	d.holding = nil
+	log.Warn("the slot is no longer ours before the reboot; stopping and starting over", "why", why)
 	d.event(ctx, log, "Warning", ReasonSlotLost, "The reboot slot was taken away before the reboot (claim removed or changed by someone else); starting over")
-	if c.Cordoned {
-		if err := d.Drainer.Uncordon(ctx); err != nil {
+	if c.Cordoned || d.Lock.Annotation(drain.CordonAnnotation) != "" {
+		if err := d.uncordon(ctx, log, "Uncordoned: the reboot slot was lost"); err != nil {
 			return err
 		}
-		log.Info("uncordoned")
-		d.event(ctx, log, "Normal", ReasonUncordoned, "Uncordoned: the reboot slot was lost")
 	}
 	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.Cancelled(ctx) })
 	_, _, rerr := d.Lock.Own(ctx)
-	return rerr
+	if rerr != nil && !errors.Is(rerr, claim.ErrUnparsable) {
+		return rerr
+	}
+	return nil
+}
+
+// cordonedByUs reports whether kured-host cordoned the node: the claim
+// says so, or the cordon's own annotation does.
+func (d *Daemon) cordonedByUs(c claim.Claim) bool {
+	return c.Cordoned || d.Lock.Annotation(drain.CordonAnnotation) != ""
+}
+
+// uncordon makes the node schedulable again and says why.
+func (d *Daemon) uncordon(ctx context.Context, log *slog.Logger, why string) error {
+	if err := d.Drainer.Uncordon(ctx); err != nil {
+		return err
+	}
+	log.Info("uncordoned")
+	d.event(ctx, log, "Normal", ReasonUncordoned, why)
+	return nil
 }
 
 // afterReboot: the boot ID changed, so the reboot happened. Wait for the
 // node to be Ready and healthy, uncordon if we cordoned, wait the release
-// delay and release.
+// delay and release. After any boot, planned or not, in any phase (the
+// release delay included), the slot is freed only once the kubelet
+// reports this boot Ready: a second, unplanned reboot starts that wait
+// over.
 func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	d.state("rebooted")
 	if c.Phase != claim.PhaseRebooted && c.Phase != claim.PhaseReleasing {
@@ -694,17 +786,15 @@ func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Clai
 		}
 		d.event(ctx, log, "Normal", ReasonRebooted, fmt.Sprintf("Rebooted: back %s after asking (boot %.8s before)", down.Round(time.Second), c.BootID))
 	}
+	if err := d.waitHealthy(ctx, log); err != nil {
+		return err
+	}
 	if c.Phase == claim.PhaseRebooted {
-		if err := d.waitHealthy(ctx, log); err != nil {
-			return err
-		}
 		d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) })
-		if c.Cordoned {
-			if err := d.Drainer.Uncordon(ctx); err != nil {
+		if d.cordonedByUs(c) {
+			if err := d.uncordon(ctx, log, "Uncordoned after the reboot"); err != nil {
 				return err
 			}
-			log.Info("uncordoned")
-			d.event(ctx, log, "Normal", ReasonUncordoned, "Uncordoned after the reboot")
 		}
 		d.message(ctx, notify.Uncordon, "")
 	}

@@ -35,6 +35,8 @@ func (l *idleLock) Own(context.Context) (claim.Claim, claim.State, error) {
 	return claim.Claim{}, "", nil
 }
 func (l *idleLock) Known() (claim.Claim, claim.State) { return claim.Claim{}, "" }
+func (l *idleLock) Unreadable() error                 { return nil }
+func (l *idleLock) Annotation(string) string          { return "" }
 func (l *idleLock) Join(context.Context) error {
 	close(l.joined)
 	return errNotHere

@@ -107,7 +107,14 @@ func Parse(label, annotation string) (Claim, error) {
 		c = Claim{State: state}
 		return failSafe(c, fmt.Errorf("%w: annotation: %v", ErrUnparsable, err))
 	}
+	// Label and annotation are written together, in one patch: when they
+	// disagree, something else wrote one of them (an admin's edit of the
+	// label alone), and neither can be trusted.
+	written := c.State
 	c.State = state
+	if written != "" && written != state {
+		return failSafe(c, fmt.Errorf("%w: the label says %s and the annotation %s", ErrUnparsable, state, written))
+	}
 	switch {
 	case c.V != Version:
 		return failSafe(c, fmt.Errorf("%w: annotation version %d, this build reads %d", ErrUnparsable, c.V, Version))

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -17,7 +18,8 @@ func TestParse(t *testing.T) {
 		bad         bool
 	}{
 		{"holding", "holding", good, Holding, 2, PhaseDraining, false},
-		{"state from the label", "entering", good, Entering, 2, PhaseDraining, false},
+		{"label and annotation disagree (an edit of the label alone)", "entering", good, Entering, 1, PhaseUnknown, true},
+		{"no state in the annotation: the label's", "entering", strings.Replace(good, `"state":"holding",`, "", 1), Entering, 2, PhaseDraining, false},
 		{"unknown label value", "rebooting", good, Holding, 1, PhaseUnknown, true},
 		{"empty label", "", good, Holding, 1, PhaseUnknown, true},
 		{"broken JSON while holding", "holding", `{"v":1,`, Holding, 1, PhaseUnknown, true},

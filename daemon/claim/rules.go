@@ -91,6 +91,31 @@ func (d domain) limit(ls []Limits) (int, bool) {
 	return lim, found
 }
 
+// claimants are the waiting claims that can be read: their limits bind
+// too (a node of a stricter configuration in the queue makes every node
+// obey its limit, so that a roll-out of a configuration change never lets
+// more nodes down than the strictest limit of any node taking part).
+func claimants(snap []Participant, now time.Time, ttl time.Duration) []Participant {
+	var out []Participant
+	for _, p := range snap {
+		if !p.active(now, ttl) && p.Claim.State == Waiting && p.Err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// within is those of ps in d.
+func within(d domain, ps []Participant) []Participant {
+	var out []Participant
+	for _, p := range ps {
+		if d.contains(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // domainsOf lists the domains p is in under the group rules that any of
 // rules names.
 func domainsOf(p Participant, rules []Limits) []domain {
@@ -172,7 +197,8 @@ func Verify(self Participant, own Limits, snap []Participant, now time.Time, ttl
 			others = append(others, p)
 		}
 	}
-	rules := append([]Limits{own, self.Claim.Limits}, limitsOf(others)...)
+	waiting := claimants(snap, now, ttl)
+	rules := slices.Concat([]Limits{own, self.Claim.Limits}, limitsOf(others), limitsOf(waiting))
 	v := Verdict{Decision: Commit}
 	for _, d := range domainsOf(self, rules) {
 		var members []Participant
@@ -181,7 +207,7 @@ func Verify(self Participant, own Limits, snap []Participant, now time.Time, ttl
 				members = append(members, p)
 			}
 		}
-		lim, ok := d.limit(append([]Limits{own, self.Claim.Limits}, limitsOf(members)...))
+		lim, ok := d.limit(slices.Concat([]Limits{own, self.Claim.Limits}, limitsOf(members), limitsOf(within(d, waiting))))
 		if !ok || len(members)+1 <= lim {
 			continue
 		}
@@ -257,7 +283,7 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 			q.Skipped[w.Name] = "it did not take its turn in time (its daemon may be gone)"
 			continue
 		}
-		if why := blocks(w, admitted); why != "" {
+		if why := blocks(w, admitted, waiting); why != "" {
 			q.Blocked[w.Name] = why
 			continue
 		}
@@ -267,9 +293,11 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 	return q
 }
 
-// blocks says which limit keeps w out of the admitted set, or "".
-func blocks(w Participant, admitted []Participant) string {
-	rules := append([]Limits{w.Claim.Limits}, limitsOf(admitted)...)
+// blocks says which limit keeps w out of the admitted set, or "": the
+// limits of w, of the admitted claims and of the waiting claimants in each
+// domain.
+func blocks(w Participant, admitted, waiting []Participant) string {
+	rules := slices.Concat([]Limits{w.Claim.Limits}, limitsOf(admitted), limitsOf(waiting))
 	for _, d := range domainsOf(w, rules) {
 		var members []Participant
 		for _, p := range admitted {
@@ -277,7 +305,7 @@ func blocks(w Participant, admitted []Participant) string {
 				members = append(members, p)
 			}
 		}
-		lim, ok := d.limit(append([]Limits{w.Claim.Limits}, limitsOf(members)...))
+		lim, ok := d.limit(slices.Concat([]Limits{w.Claim.Limits}, limitsOf(members), limitsOf(within(d, waiting))))
 		if ok && len(members)+1 > lim {
 			return fmt.Sprintf("%s is full: %d of %d (%s)", d, len(members), lim, names(members))
 		}
@@ -342,20 +370,20 @@ func Alarms(snap []Participant, now time.Time, holdAge, enterAge time.Duration) 
 }
 
 // Yield reports whether self, entering, should give way to a waiting node
-// ahead of it in the queue: it computes the queue as if self and the
-// entering claims behind it were still waiting (holders and entering
-// claims ahead keep their places) and says whether self would be
-// admitted. Giving way is only about fairness (a node that announced from
-// a stale view steps back for the one whose turn it is); stepping back is
-// always safe.
+// ahead of it in the queue that can go now: it computes the queue as if
+// self alone were still waiting (every other claim as it is) and gives way
+// only if self would not be admitted while a waiting node ahead of it
+// would. Giving way is only about fairness (a node that announced from a
+// stale view steps back for the one whose turn it is); stepping back is
+// always safe. A node that cannot go now (blocked by an entering claim
+// whose daemon is gone, say) is never given way to: that repeated forever
+// while slots were free.
 func Yield(self Participant, snap []Participant, now time.Time, ttl time.Duration, skip func(string) bool) (bool, string) {
 	view := make([]Participant, 0, len(snap))
 	for _, p := range snap {
-		if p.Claim.State == Entering && p.Err == nil && (p.Name == self.Name || precedes(self, p)) {
+		if p.Name == self.Name {
 			p.Claim.State = Waiting
-			if p.Name == self.Name {
-				p.Ready = true // it is running this code
-			}
+			p.Ready = true // it is running this code
 		}
 		view = append(view, p)
 	}
@@ -364,10 +392,16 @@ func Yield(self Participant, snap []Participant, now time.Time, ttl time.Duratio
 		return false, ""
 	}
 	var ahead []string
-	for _, n := range q.Admitted {
-		if i := slices.IndexFunc(view, func(p Participant) bool { return p.Name == n && p.Claim.State == Waiting }); i >= 0 {
+	for _, n := range q.Waiting {
+		if n == self.Name {
+			break
+		}
+		if q.Eligible(n) {
 			ahead = append(ahead, n)
 		}
+	}
+	if len(ahead) == 0 {
+		return false, ""
 	}
 	if why := q.Blocked[self.Name]; why != "" {
 		return true, fmt.Sprintf("giving way: %s (next: %s)", why, strings.Join(ahead, ", "))

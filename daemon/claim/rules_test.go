@@ -65,8 +65,10 @@ func TestVerify(t *testing.T) {
 			[]Participant{node("h", Holding, "a", -5, 2, 1)}, 0, StepBack, zoneLabel + "=a is full: 1 of 1 taken (h)"},
 		{"waiting claims take nothing", node("n", Entering, "a", 5, 1, 1), limits(1, 1),
 			[]Participant{node("w", Waiting, "a", 0, 1, 1)}, 0, Commit, ""},
-		{"a waiting node's stricter limit does not bind", node("n", Entering, "a", 5, 2, 0), limits(2, 0),
-			[]Participant{node("h", Holding, "b", 0, 2, 0), node("w", Waiting, "c", 0, 1, 0)}, 0, Commit, ""},
+		{"a waiting node's stricter limit binds too", node("n", Entering, "a", 5, 2, 0), limits(2, 0),
+			[]Participant{node("h", Holding, "b", 0, 2, 0), node("w", Waiting, "c", 0, 1, 0)}, 0, StepBack, "the cluster is full: 1 of 1 taken (h)"},
+		{"a waiting node's group limit binds in its own group only", node("n", Entering, "a", 5, 3, 2), limits(3, 2),
+			[]Participant{node("h", Holding, "a", 0, 3, 2), node("w", Waiting, "b", 0, 3, 1)}, 0, Commit, ""},
 		{"entering ahead", node("n", Entering, "a", 5, 1, 1), limits(1, 1),
 			[]Participant{node("e", Entering, "b", 0, 1, 1)}, 0, StepBack, "the cluster is full"},
 		{"entering behind", node("n", Entering, "a", 0, 1, 1), limits(1, 1),
@@ -212,6 +214,11 @@ func TestYield(t *testing.T) {
 		{"entering behind yields to us, not we to it", node("n", Entering, "a", 1, 1, 0), []Participant{node("e", Entering, "b", 5, 1, 0)}, false},
 		{"waiting ahead in a full zone does not hold us up", node("n", Entering, "b", 5, 2, 1), []Participant{
 			node("h", Holding, "a", 0, 2, 1), node("w", Waiting, "a", 1, 2, 1)}, false},
+		// L1: W waits first and publishes concurrency 1; E announced
+		// behind n and its machine is dead. n must not give way to W,
+		// which cannot go while E is there: it did, forever.
+		{"a waiting node ahead that cannot go now is not given way to", node("n", Entering, "a", 5, 2, 0), []Participant{
+			node("w", Waiting, "b", 1, 1, 0), node("e", Entering, "c", 9, 2, 0)}, false},
 		{"a NotReady waiting node ahead is passed over", node("n", Entering, "a", 5, 1, 0), []Participant{func() Participant {
 			p := node("w", Waiting, "b", 1, 1, 0)
 			p.Ready = false

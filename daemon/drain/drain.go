@@ -81,10 +81,17 @@ func (d *Drainer) Cordon(ctx context.Context) (already bool, err error) {
 // Uncordon marks the node schedulable.
 func (d *Drainer) Uncordon(ctx context.Context) error { return d.setUnschedulable(ctx, false) }
 
+// CordonAnnotation marks a cordon that kured-host made. It is written in
+// the same patch as the cordon and removed with the uncordon, so that it
+// outlives the claim: a node whose claim is lost (removed by an admin,
+// its Node's claim unreadable and fixed by hand) and that restarts still
+// knows the cordon is its own to undo.
+const CordonAnnotation = "kured-host.dev/cordoned"
+
 func (d *Drainer) setUnschedulable(ctx context.Context, on bool) error {
-	body := `{"spec":{"unschedulable":null}}`
+	body := `{"spec":{"unschedulable":null},"metadata":{"annotations":{"` + CordonAnnotation + `":null}}}`
 	if on {
-		body = `{"spec":{"unschedulable":true}}`
+		body = `{"spec":{"unschedulable":true},"metadata":{"annotations":{"` + CordonAnnotation + `":"true"}}}`
 	}
 	n, err := d.Client.CoreV1().Nodes().Patch(ctx, d.Node, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: "kured-host"})
 	if err != nil {

@@ -109,11 +109,13 @@ type Lock struct {
 
 // ownClaim is the node's claim as this daemon last read or wrote it.
 type ownClaim struct {
-	uid    types.UID
-	rv     string
-	state  claim.State // "" for none
-	claim  claim.Claim
-	labels map[string]string
+	uid         types.UID
+	rv          string
+	state       claim.State // "" for none
+	claim       claim.Claim
+	err         error // why the claim cannot be read; nil if it can
+	labels      map[string]string
+	annotations map[string]string
 }
 
 // Status is the lock's view for the operator (sd_notify, status).
@@ -327,7 +329,7 @@ func (l *Lock) Own(ctx context.Context) (claim.Claim, claim.State, error) {
 }
 
 func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
-	o := ownClaim{uid: n.UID, rv: n.ResourceVersion, labels: n.Labels}
+	o := ownClaim{uid: n.UID, rv: n.ResourceVersion, labels: n.Labels, annotations: n.Annotations}
 	var err error
 	if lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]; lv != "" || ann != "" {
 		o.claim, err = claim.Parse(lv, ann)
@@ -336,6 +338,7 @@ func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
 			err = fmt.Errorf("own claim on %s: %w", l.o.Node, err)
 		}
 	}
+	o.err = err
 	l.mu.Lock()
 	l.own = o
 	l.mu.Unlock()
@@ -367,6 +370,14 @@ func (l *Lock) Known() (claim.Claim, claim.State) {
 	return cur.claim, cur.state
 }
 
+// Unreadable says why the own claim, as last read or written, cannot be
+// read (claim.ErrUnparsable); nil when it can, or when there is none.
+func (l *Lock) Unreadable() error { return l.current().err }
+
+// Annotation is an annotation of the own Node as last read or written
+// ("" when absent), without a request.
+func (l *Lock) Annotation(key string) string { return l.current().annotations[key] }
+
 func (l *Lock) current() ownClaim {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -382,6 +393,11 @@ var errConflict = errors.New("node changed since it was read")
 // leaves the outcome unknown: callers re-read with Own.
 func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (claim.Claim, error) {
 	cur := l.current()
+	if state != "" && cur.err != nil {
+		// Built on a claim this daemon cannot read (an admin's edit): what
+		// it would write is a guess. Only a removal is safe.
+		return claim.Claim{}, fmt.Errorf("%w: %v", ErrLost, cur.err)
+	}
 	var label, ann any // nil removes
 	if state != "" {
 		c.State = state
@@ -476,6 +492,11 @@ func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
 	var stayingSince time.Time
 	for {
 		cur := l.current()
+		if cur.err != nil {
+			// Never announce or commit on a claim this daemon cannot
+			// read (an admin's edit): the cycle decides what to do.
+			return claim.Claim{}, fmt.Errorf("%w: %v", ErrLost, cur.err)
+		}
 		switch cur.state {
 		case "":
 			return claim.Claim{}, ErrNotJoined
@@ -1062,8 +1083,11 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 			self = n
 		}
 	}
-	if self == nil || self.UID != cur.uid || self.Annotations[claim.Annotation] != mustMarshal(cur.claim) {
-		// Not what we announced: decide from what is really there.
+	if self == nil || self.UID != cur.uid || self.Labels[claim.Label] != string(claim.Entering) ||
+		self.Annotations[claim.Annotation] != mustMarshal(cur.claim) {
+		// Not the entering claim we announced, label and annotation (an
+		// admin may have edited the label alone): never commit on it;
+		// decide from what is really there.
 		l.log.Warn("own claim changed under this daemon; reading it again")
 		if err := l.reread(ctx, errConflict); err != nil {
 			return claim.Verdict{}, err
