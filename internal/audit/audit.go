@@ -31,11 +31,20 @@ type NodeState struct {
 	Unschedulable bool
 	Ready         bool
 	BootID        string
+	// AdminHeld: the claim is unreadable because an admin wrote it (the
+	// simulator knows who wrote what; a watch does not).
+	AdminHeld bool
 }
 
 // Holding reports whether the node holds a slot at this revision: its claim
 // label says holding, or says something unknown (which counts as holding).
+// A claim an admin broke by hand (AdminHeld) is not the protocol's doing:
+// it does not count as a holder, though its limit binds the nodes that
+// see it (CheckCommits).
 func (s NodeState) Holding() bool {
+	if s.AdminHeld {
+		return false
+	}
 	switch claim.State(s.ClaimLabel) {
 	case "", claim.Waiting, claim.Entering:
 		return false
@@ -335,4 +344,93 @@ func (h History) MaxHolders(label string) (cluster, group int) {
 		}
 	})
 	return cluster, group
+}
+
+// CheckCommits is the promise of the limits with mixed configurations:
+// when a node takes a slot (becomes holding), the holders are within the
+// smallest limit published by every claim it could see, in every domain
+// it is in: the claims, waiting or active, that were there from before it
+// announced until it committed (its verify read came in between). A claim
+// that cannot be read counts with concurrency 1 when its label is active,
+// and not at all when it says waiting, as the lock counts it. Limits set
+// by a claim that joined later do not bind a node that had committed.
+func (h History) CheckCommits() []Violation {
+	var out []Violation
+	since := map[string]uint64{}     // node -> revision its current claim appeared
+	announced := map[string]uint64{} // node -> revision it last became entering
+	h.walk(func(cur map[string]NodeState, s NodeState, prev NodeState, had bool) {
+		switch {
+		case s.Deleted || s.ClaimLabel == "":
+			delete(since, s.Node)
+			delete(announced, s.Node)
+			return
+		case !had || prev.ClaimLabel == "":
+			since[s.Node] = s.RV
+		}
+		if claim.State(s.ClaimLabel) == claim.Entering && (!had || claim.State(prev.ClaimLabel) != claim.Entering) {
+			announced[s.Node] = s.RV
+		}
+		if !s.Holding() || (had && prev.Holding()) {
+			return
+		}
+		from, ok := announced[s.Node]
+		if !ok {
+			from = s.RV
+		}
+		var limits []claim.Limits
+		var bound []NodeState
+		for name, st := range cur {
+			if st.ClaimLabel == "" || (since[name] > from && name != s.Node) {
+				continue
+			}
+			switch {
+			case st.ClaimErr == nil:
+				limits = append(limits, st.Claim.Limits)
+			case claim.State(st.ClaimLabel) == claim.Waiting:
+				continue
+			default:
+				limits = append(limits, claim.Limits{Concurrency: 1})
+			}
+			bound = append(bound, st)
+		}
+		var holders []NodeState
+		for _, st := range cur {
+			if st.Holding() {
+				holders = append(holders, st)
+			}
+		}
+		if lim, i := claim.Strictest("", limits); i >= 0 && len(holders) > lim {
+			out = append(out, Violation{s.RV, s.Node, fmt.Sprintf("took a slot with %d holders; the strictest concurrency it could see is %d (%s)", len(holders), lim, bound[i].Node)})
+		}
+		labels := map[string]bool{}
+		for _, l := range limits {
+			for _, g := range l.Groups {
+				labels[g.Label] = true
+			}
+		}
+		for _, label := range slices.Sorted(maps.Keys(labels)) {
+			for _, v := range groupValues(s, label) {
+				var in []claim.Limits
+				for i, st := range bound {
+					if slices.Contains(groupValues(st, label), v) {
+						in = append(in, limits[i])
+					}
+				}
+				lim, i := claim.Strictest(label, in)
+				if i < 0 {
+					continue
+				}
+				n := 0
+				for _, st := range holders {
+					if slices.Contains(groupValues(st, label), v) {
+						n++
+					}
+				}
+				if n > lim {
+					out = append(out, Violation{s.RV, s.Node, fmt.Sprintf("took a slot with %d holders in %s=%s; the strictest limit there it could see is %d", n, label, v, lim)})
+				}
+			}
+		}
+	})
+	return out
 }

@@ -51,6 +51,9 @@ type Host struct {
 	kubelet context.CancelFunc
 	// Planned counts reboots the daemon asked for; Unplanned the others.
 	Planned, Unplanned int
+	// shuttingDown: a reboot was asked for and the machine is going down
+	// (a second request then changes nothing, as with logind).
+	shuttingDown bool
 	// neededSince is when the current need for a reboot appeared.
 	neededSince time.Time
 }
@@ -110,6 +113,7 @@ func (h *Host) powerOn() {
 	}
 	h.epoch++
 	h.up = true
+	h.shuttingDown = false
 	h.needed = false // /run is a tmpfs
 	boot := fmt.Sprintf("%s-boot-%d", h.Name, h.epoch)
 	h.boot.Store(boot)
@@ -167,17 +171,24 @@ func (h *Host) Reboot(ctx context.Context) error {
 		h.mu.Unlock()
 		return fmt.Errorf("host %s is down", h.Name)
 	}
-	h.Planned++
+	pending := h.shuttingDown
+	h.shuttingDown = true
 	epoch := h.epoch
 	h.mu.Unlock()
 	h.w.rebootAsked(h)
+	if pending {
+		return nil
+	}
 	down := h.w.draw(h.w.o.DownTime)
 	h.w.goSafe(func() {
 		if sleep(h.w.ctx, time.Second) != nil {
 			return
 		}
 		h.mu.Lock()
-		same := h.epoch == epoch
+		same := h.epoch == epoch && h.up
+		if same {
+			h.Planned++
+		}
 		h.mu.Unlock()
 		if !same {
 			return
