@@ -161,7 +161,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 		default:
 			failures++
-			wait := min(time.Duration(failures)*5*time.Second, time.Minute)
+			// At most 15 s: after an outage of the API server, a waiting
+			// node must take a free slot within the bound docs/claims.md
+			// states (40 s).
+			wait := min(time.Duration(failures)*5*time.Second, 15*time.Second)
 			log.Error("step failed; trying again", "err", err, "retry_in", wait)
 			d.failed("step")
 			d.setStatus("error: " + firstLine(err.Error()) + " (retrying)")

@@ -91,29 +91,49 @@ func (d domain) limit(ls []Limits) (int, bool) {
 	return lim, found
 }
 
-// claimants are the waiting claims that can be read: their limits bind
-// too (a node of a stricter configuration in the queue makes every node
-// obey its limit, so that a roll-out of a configuration change never lets
-// more nodes down than the strictest limit of any node taking part).
-func claimants(snap []Participant, now time.Time, ttl time.Duration) []Participant {
-	var out []Participant
-	for _, p := range snap {
-		if !p.active(now, ttl) && p.Claim.State == Waiting && p.Err == nil {
-			out = append(out, p)
-		}
-	}
-	return out
+// claimed is what the waiting claims that can be read impose: their
+// limits bind too (a node of a stricter configuration in the queue makes
+// every node obey its limit, so that a roll-out of a configuration change
+// never lets more nodes down than the strictest limit of any node taking
+// part), each in the domains it is in. Computed once per snapshot: a long
+// queue is read often.
+type claimed struct {
+	limits map[domain]int
+	// rule names every group label the claims have rules for (its maxes
+	// do not count: limits has them), for domainsOf.
+	rule Limits
 }
 
-// within is those of ps in d.
-func within(d domain, ps []Participant) []Participant {
-	var out []Participant
-	for _, p := range ps {
-		if d.contains(p) {
-			out = append(out, p)
+func claimants(snap []Participant, now time.Time, ttl time.Duration) claimed {
+	c := claimed{limits: map[domain]int{}}
+	set := func(d domain, v int) {
+		if cur, ok := c.limits[d]; !ok || v < cur {
+			c.limits[d] = v
 		}
 	}
-	return out
+	for _, p := range snap {
+		if p.active(now, ttl) || p.Claim.State != Waiting || p.Err != nil {
+			continue
+		}
+		set(domain{}, p.Claim.Limits.Concurrency)
+		for _, g := range p.Claim.Limits.Groups {
+			if !slices.ContainsFunc(c.rule.Groups, func(x GroupLimit) bool { return x.Label == g.Label }) {
+				c.rule.Groups = append(c.rule.Groups, GroupLimit{Label: g.Label})
+			}
+			for _, v := range p.values(g.Label) {
+				set(domain{g.Label, v}, g.Max)
+			}
+		}
+	}
+	return c
+}
+
+// bind is the smaller of lim (ok: set) and the claimants' limit in d.
+func (c claimed) bind(d domain, lim int, ok bool) (int, bool) {
+	if v, has := c.limits[d]; has && (!ok || v < lim) {
+		return v, true
+	}
+	return lim, ok
 }
 
 // domainsOf lists the domains p is in under the group rules that any of
@@ -198,7 +218,7 @@ func Verify(self Participant, own Limits, snap []Participant, now time.Time, ttl
 		}
 	}
 	waiting := claimants(snap, now, ttl)
-	rules := slices.Concat([]Limits{own, self.Claim.Limits}, limitsOf(others), limitsOf(waiting))
+	rules := slices.Concat([]Limits{own, self.Claim.Limits, waiting.rule}, limitsOf(others))
 	v := Verdict{Decision: Commit}
 	for _, d := range domainsOf(self, rules) {
 		var members []Participant
@@ -207,7 +227,8 @@ func Verify(self Participant, own Limits, snap []Participant, now time.Time, ttl
 				members = append(members, p)
 			}
 		}
-		lim, ok := d.limit(slices.Concat([]Limits{own, self.Claim.Limits}, limitsOf(members), limitsOf(within(d, waiting))))
+		lim, ok := d.limit(append([]Limits{own, self.Claim.Limits}, limitsOf(members)...))
+		lim, ok = waiting.bind(d, lim, ok)
 		if !ok || len(members)+1 <= lim {
 			continue
 		}
@@ -265,6 +286,7 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 	}
 	slices.SortFunc(admitted, byQueueOrder)
 	slices.SortFunc(waiting, byQueueOrder)
+	bound := claimants(snap, now, ttl)
 	for _, p := range admitted {
 		q.Admitted = append(q.Admitted, p.Name)
 	}
@@ -283,7 +305,7 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 			q.Skipped[w.Name] = "it did not take its turn in time (its daemon may be gone)"
 			continue
 		}
-		if why := blocks(w, admitted, waiting); why != "" {
+		if why := blocks(w, admitted, bound); why != "" {
 			q.Blocked[w.Name] = why
 			continue
 		}
@@ -296,8 +318,8 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 // blocks says which limit keeps w out of the admitted set, or "": the
 // limits of w, of the admitted claims and of the waiting claimants in each
 // domain.
-func blocks(w Participant, admitted, waiting []Participant) string {
-	rules := slices.Concat([]Limits{w.Claim.Limits}, limitsOf(admitted), limitsOf(waiting))
+func blocks(w Participant, admitted []Participant, waiting claimed) string {
+	rules := append([]Limits{w.Claim.Limits, waiting.rule}, limitsOf(admitted)...)
 	for _, d := range domainsOf(w, rules) {
 		var members []Participant
 		for _, p := range admitted {
@@ -305,7 +327,8 @@ func blocks(w Participant, admitted, waiting []Participant) string {
 				members = append(members, p)
 			}
 		}
-		lim, ok := d.limit(slices.Concat([]Limits{w.Claim.Limits}, limitsOf(members), limitsOf(within(d, waiting))))
+		lim, ok := d.limit(append([]Limits{w.Claim.Limits}, limitsOf(members)...))
+		lim, ok = waiting.bind(d, lim, ok)
 		if ok && len(members)+1 > lim {
 			return fmt.Sprintf("%s is full: %d of %d (%s)", d, len(members), lim, names(members))
 		}

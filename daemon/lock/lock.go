@@ -166,6 +166,23 @@ func (l *Lock) Start(ctx context.Context) error {
 type nodeWatch struct {
 	lister corelisters.NodeLister
 	stop   func()
+	inf    cache.SharedIndexInformer
+	// brokenAt is the informer's resourceVersion when its watch last
+	// failed ("" when it has not): until it moves on, the cache may be
+	// behind by the length of an outage and client-go's back-off.
+	mu       sync.Mutex
+	broken   bool
+	brokenAt string
+}
+
+// stale reports whether the watch failed and has not caught up since.
+func (w *nodeWatch) stale() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.broken && w.inf.LastSyncResourceVersion() != w.brokenAt {
+		w.broken = false
+	}
+	return w.broken
 }
 
 // ensureWatch starts the watch of the claimed nodes if it is not running,
@@ -195,6 +212,16 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 		},
 	}, &corev1.Node{}, 0, cache.Indexers{})
 	if err := inf.SetTransform(slim); err != nil {
+		cancel()
+		return fmt.Errorf("watch claimed nodes: %w", err)
+	}
+	nw := &nodeWatch{lister: corelisters.NewNodeLister(inf.GetIndexer()), inf: inf}
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		nw.mu.Lock()
+		nw.broken, nw.brokenAt = true, inf.LastSyncResourceVersion()
+		nw.mu.Unlock()
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}); err != nil {
 		cancel()
 		return fmt.Errorf("watch claimed nodes: %w", err)
 	}
@@ -239,7 +266,8 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 		stop()
 		return fmt.Errorf("watch claimed nodes: %w", context.Cause(wctx))
 	}
-	l.watch = &nodeWatch{lister: corelisters.NewNodeLister(inf.GetIndexer()), stop: stop}
+	nw.stop = stop
+	l.watch = nw
 	l.log.Debug("watching the claimed nodes")
 	return nil
 }
@@ -592,12 +620,15 @@ func (l *Lock) waitChange(ctx context.Context, d time.Duration) error {
 // with this node's own claim as this daemon knows it.
 func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 	var nodes []*corev1.Node
-	if w := l.watching(); w != nil {
+	if w := l.watching(); w != nil && !w.stale() {
 		var err error
 		if nodes, err = w.lister.List(labels.Everything()); err != nil {
 			return nil, err
 		}
 	} else {
+		// Not watching, or the watch failed (an outage) and client-go's
+		// back-off may keep it behind for up to half a minute after the
+		// API server is back: read the queue itself.
 		var err error
 		if nodes, err = l.listClaimed(ctx, "0"); err != nil {
 			return nil, err
@@ -763,9 +794,19 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		if l.current().state != claim.Waiting {
 			return nil
 		}
-		if window := l.window(); pos >= window {
+		// Far back counts only the waiting nodes ahead that are not
+		// passed over (NotReady, silent): a front of dead nodes must not
+		// keep every other node far back.
+		var counted []string
+		for _, n := range q.Waiting[:max(pos, 0)] {
+			if _, skipped := q.Skipped[n]; !skipped {
+				counted = append(counted, n)
+			}
+		}
+		if window := l.window(); len(counted) >= window {
 			l.stopWatch()
-			left, err := l.waitFar(ctx, &far, pos-window+1, markOf(snap, q.Waiting[pos-window]), now)
+			ahead := len(counted) - window + 1
+			left, err := l.waitFar(ctx, &far, ahead, markOf(snap, counted[len(counted)-window]), now, snap)
 			if err != nil {
 				return err
 			}
@@ -807,11 +848,20 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 // measures the pace over the whole wait, where reads every few seconds
 // from the start measured a start slowed by every node joining at once
 // (and made it slower).
-func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time) (bool, error) {
+func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time, snap []claim.Participant) (bool, error) {
 	d := far.next(ahead, read)
 	if mark.name == "" {
 		return false, sleep(ctx, d)
 	}
+	// The nodes ahead may be held back by their group (a full zone) while
+	// this one's is free: then the mark does not move, and a slot freed
+	// elsewhere is this node's to take. The active claims are few: they
+	// are read now and then (farPoll), and, when they changed, the queue
+	// is worked out again from the last read with them; a full read
+	// follows only if this node may now go.
+	poll := time.NewTimer(l.jitter(farPoll))
+	defer poll.Stop()
+	went := map[string]bool{} // waiting in snap, seen active since
 	timeout := time.Minute
 	if far.perPosition > 0 {
 		timeout = farBounds(far.eta(ahead))
@@ -833,6 +883,11 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 				return false, context.Cause(ctx)
 			}
 			return false, nil // the time is up: read the queue
+		case <-poll.C:
+			if l.mayGoNow(ctx, snap, went) {
+				return true, nil
+			}
+			poll.Reset(l.jitter(farPoll))
 		case ev, ok := <-w.ResultChan():
 			if !ok || ev.Type == watch.Error {
 				return false, nil
@@ -845,6 +900,54 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 			}
 		}
 	}
+}
+
+// farPoll is how often a node far back in the queue reads the active
+// claims: with the read, within 2·farPoll of a slot freed that it may
+// take (the bound docs/claims.md states).
+const farPoll = 15 * time.Second
+
+// activeSelector selects the nodes whose claim takes a slot.
+var activeSelector = claim.Label + " in (" + string(claim.Entering) + "," + string(claim.Holding) + ")"
+
+// mayGoNow reads the active claims and reports whether, with them in
+// place of those of snap (the last read of the queue), this node would be
+// eligible. A node waiting in snap that has been seen active since (went)
+// is no longer waiting: a reboot takes minutes, far longer than farPoll,
+// so a node that took a slot and gave it back is seen. A failed read says
+// no: the next one, or the mark, tells.
+func (l *Lock) mayGoNow(ctx context.Context, snap []claim.Participant, went map[string]bool) bool {
+	opts := metav1.ListOptions{LabelSelector: activeSelector, ResourceVersion: "0"}
+	var nodes []*corev1.Node
+	if l.o.Metadata != nil {
+		list, err := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List(ctx, opts)
+		if err != nil {
+			return false
+		}
+		for i := range list.Items {
+			nodes = append(nodes, queueNode(list.Items[i].ObjectMeta, corev1.ConditionTrue))
+		}
+	} else {
+		list, err := l.o.Client.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return false
+		}
+		for i := range list.Items {
+			nodes = append(nodes, &list.Items[i])
+		}
+	}
+	active := l.distrust(Participants(nodes, l.o.ServerNow(), l.o.ClockTolerance))
+	for _, a := range active {
+		went[a.Name] = true
+	}
+	now := l.o.Now()
+	view := slices.DeleteFunc(slices.Clone(snap), func(p claim.Participant) bool {
+		return p.Claim.State != claim.Waiting || went[p.Name]
+	})
+	view = append(view, active...)
+	q := claim.EligibilityUpTo(view, now, l.o.TTL, l.silent(now), l.o.Node)
+	l.log.Debug("far back: the active claims read", "active", len(active), "eligible", q.Eligible(l.o.Node), "blocked_by", q.Blocked[l.o.Node])
+	return q.Eligible(l.o.Node)
 }
 
 // watchMark watches one Node's metadata, from its current state.

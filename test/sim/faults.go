@@ -34,7 +34,6 @@ func (w *World) randomHost() *Host { return w.Hosts[w.intn(len(w.Hosts))] }
 // startFaults arms the faults of the run.
 func (w *World) startFaults() {
 	f := w.o.Faults
-	var outageUntil time.Time
 	if f.LostReply {
 		w.store.Faults.LoseReply = func(r api.Request) bool { return r.Who != api.Admin && w.chance(0.05) }
 	}
@@ -45,7 +44,7 @@ func (w *World) startFaults() {
 				d := w.draw(Span{5 * time.Second, 90 * time.Second})
 				w.tracef("api", "outage for %s (fault)", d.Round(time.Second))
 				w.mu.Lock()
-				outageUntil = time.Now().Add(d)
+				w.outageUntil = time.Now().Add(d)
 				w.mu.Unlock()
 				w.store.EndWatches("")
 			})
@@ -55,7 +54,7 @@ func (w *World) startFaults() {
 				return nil
 			}
 			w.mu.Lock()
-			down := time.Now().Before(outageUntil)
+			down := time.Now().Before(w.outageUntil)
 			w.mu.Unlock()
 			if down {
 				return errOutage

@@ -60,9 +60,10 @@ type Host struct {
 
 // instance is one run of the daemon process.
 type instance struct {
-	client *api.Client
-	cancel context.CancelFunc
-	done   chan struct{}
+	client  *api.Client
+	cancel  context.CancelFunc
+	done    chan struct{}
+	started time.Time
 }
 
 // BootID is the current boot's ID, as /proc/sys/kernel/random/boot_id.
@@ -264,7 +265,7 @@ func (h *Host) runKubelet(ctx context.Context, boot string) {
 func (h *Host) startDaemon() {
 	c := h.w.store.Client(api.NodeIdentity(h.Name))
 	ctx, cancel := context.WithCancel(h.w.ctx)
-	inst := &instance{client: c, cancel: cancel, done: make(chan struct{})}
+	inst := &instance{client: c, cancel: cancel, done: make(chan struct{}), started: time.Now()}
 	h.mu.Lock()
 	if !h.up {
 		h.mu.Unlock()
@@ -275,6 +276,7 @@ func (h *Host) startDaemon() {
 	h.mu.Unlock()
 	h.w.clients.Add(c)
 	log := slog.New(slog.NewTextHandler(h.w.logs.For(h.Name), &slog.HandlerOptions{
+		Level: h.w.o.LogLevel,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 			if len(groups) == 0 && a.Key == slog.TimeKey {
 				return slog.Attr{}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -19,13 +20,17 @@ type Options struct {
 	// rule); with Mixed, each node draws its own up to these.
 	Concurrency, ZoneMax int
 	Mixed                bool
-	ReleaseDelay         time.Duration
-	NeedSpread           Span // when each node learns it needs a reboot
-	DownTime             Span // a reboot's down time
-	KubeletDelay         Span // how long the kubelet takes to report a boot
-	ClockSkew            time.Duration
-	Deadline             time.Duration
-	Faults               FaultSet
+	// Skewed puts most nodes in the first zone.
+	Skewed       bool
+	ReleaseDelay time.Duration
+	NeedSpread   Span // when each node learns it needs a reboot
+	DownTime     Span // a reboot's down time
+	KubeletDelay Span // how long the kubelet takes to report a boot
+	ClockSkew    time.Duration
+	Deadline     time.Duration
+	Faults       FaultSet
+	// LogLevel of the daemons\' logs kept for a failed run\'s report.
+	LogLevel slog.Level
 }
 
 // FaultSet says which faults a run injects.
@@ -78,6 +83,13 @@ func Draw(seed int64) Options {
 	if r.IntN(3) > 0 {
 		o.Zones = 2 + r.IntN(2)
 		o.ZoneMax = 1 + r.IntN(2)
+	}
+	if r.IntN(8) == 0 {
+		// A queue longer than the window of nodes that watch (16): the
+		// ones further back read it now and then and watch one node.
+		// Most nodes in one zone, so that the nodes ahead are held back
+		// by their zone while a node further back, in a free zone, may go.
+		o.Nodes, o.Zones, o.ZoneMax, o.Skewed = 18+r.IntN(23), 3, 1, r.IntN(2) == 0
 	}
 	if r.IntN(3) == 0 {
 		o.ReleaseDelay = time.Duration(1+r.IntN(60)) * time.Second

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"log/slog"
 	"flag"
 	"fmt"
 	"os"
@@ -49,6 +50,9 @@ func TestSim(t *testing.T) {
 	var nodes, reboots, requests, failed int
 	for seed := from; seed < from+int64(n); seed++ {
 		o := Draw(seed)
+		if os.Getenv("SIM_DEBUG") != "" {
+			o.LogLevel = slog.LevelDebug
+		}
 		var res Result
 		synctest.Test(t, func(t *testing.T) { res = New(o).Run(t.Context()) })
 		virtual += res.Took

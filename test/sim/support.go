@@ -58,7 +58,7 @@ type logs struct {
 	lines map[string][]string
 }
 
-const keepLines = 60
+const keepLines = 400
 
 func newLogs() *logs { return &logs{start: time.Now(), lines: map[string][]string{}} }
 

@@ -56,13 +56,17 @@ type World struct {
 	heldIn map[string]string
 	// lastNode is each Node as its last revision left it.
 	lastNode map[string]*corev1.Node
+	// outageUntil is when the API server's current outage ends.
+	outageUntil time.Time
+	// idle records the idle-slot episodes reported.
+	idle map[string]bool
 }
 
 // New builds the world of o (nothing runs until Run).
 func New(o Options) *World {
 	w := &World{
 		o: o, store: api.NewStore(), rng: rand.New(rand.NewPCG(uint64(o.Seed), 0x5eed)),
-		logs: newLogs(), unavailable: map[string]int{}, lastState: map[string]string{}, heldIn: map[string]string{}, lastNode: map[string]*corev1.Node{},
+		logs: newLogs(), unavailable: map[string]int{}, lastState: map[string]string{}, heldIn: map[string]string{}, lastNode: map[string]*corev1.Node{}, idle: map[string]bool{},
 	}
 	return w
 }
@@ -175,6 +179,7 @@ func (w *World) Run(parent context.Context) Result {
 	}
 	w.startFaults()
 	w.goSafe(w.operator)
+	w.goSafe(w.watchProgress)
 	done := w.waitDone(ctx)
 	took := w.since()
 	cancel()
@@ -207,7 +212,11 @@ func (w *World) build() {
 	for i := range w.o.Nodes {
 		h := &Host{w: w, Name: fmt.Sprintf("n%02d", i), Graceful: w.chance(0.5)}
 		if w.o.Zones > 0 {
-			h.Zone = fmt.Sprintf("zone-%c", 'a'+i%w.o.Zones)
+			z := i % w.o.Zones
+			if w.o.Skewed && w.chance(0.75) {
+				z = 0
+			}
+			h.Zone = fmt.Sprintf("zone-%c", 'a'+z)
 		}
 		h.Cfg = w.o.Config(w, i)
 		h.KubeletDelay = w.draw(w.o.KubeletDelay)

@@ -1,0 +1,105 @@
+package sim
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/lock"
+)
+
+// TakeBound is how soon a waiting node whose daemon runs takes a slot it
+// may take (docs/claims.md, "No idle slot"): at most this long after the
+// slot became free to it, or after its daemon (re)started, or after the
+// API server came back from an outage.
+const TakeBound = 40 * time.Second
+
+// watchProgress checks, every second, that no slot stays free while a
+// waiting node that may take it does not: eligible in the queue as every
+// node computes it from the true state (the product's own rules), with
+// its daemon running, for longer than TakeBound without announcing.
+// Waiting nodes whose daemon is gone are passed over as the others pass
+// them over: after lock.waiting_grace.
+func (w *World) watchProgress() {
+	since := map[string]time.Time{} // node -> eligible since
+	var lastOutage time.Time
+	var lastRV uint64
+	var ps []claim.Participant
+	for sleep(w.ctx, time.Second) == nil {
+		now := time.Now()
+		w.mu.Lock()
+		if w.outageUntil.After(now) || w.outageUntil.Equal(now) {
+			lastOutage = now
+		}
+		w.mu.Unlock()
+		if rv := w.store.RV(); rv != lastRV || ps == nil {
+			// The queue changes only with a write.
+			lastRV = rv
+			var nodes []*corev1.Node
+			for _, name := range w.store.NodeNames() {
+				if n := w.store.Node(name); n != nil {
+					nodes = append(nodes, n)
+				}
+			}
+			ps = lock.Participants(nodes, now, 5*time.Minute)
+		}
+		live := map[string]time.Time{} // node -> its daemon's start
+		for _, h := range w.Hosts {
+			h.mu.Lock()
+			if h.up && h.daemon != nil && !h.dead {
+				live[h.Name] = h.daemon.started
+			}
+			h.mu.Unlock()
+		}
+		grace := w.Hosts[0].Cfg.Lock.WaitingGrace.Std()
+		q := claim.Eligibility(ps, now, 0, func(name string) bool {
+			_, ok := live[name]
+			return !ok && now.Sub(since[name]) > grace && !since[name].IsZero()
+		})
+		for _, name := range q.Waiting {
+			if !q.Eligible(name) {
+				delete(since, name)
+				continue
+			}
+			if since[name].IsZero() {
+				since[name] = now
+			}
+			started, ok := live[name]
+			if !ok {
+				continue
+			}
+			from := maxTime(since[name], started, lastOutage)
+			if wait := now.Sub(from); wait > TakeBound && !w.reported(name, since[name]) {
+				w.violate("%s may take a free slot since %s and has not, %s later (its daemon runs)", name, fmtDur(since[name].Sub(w.start)), wait.Round(time.Second))
+			}
+		}
+		for name := range since {
+			if !q.Eligible(name) {
+				delete(since, name)
+			}
+		}
+	}
+}
+
+// reported reports each idle episode once.
+func (w *World) reported(node string, since time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := node + since.String()
+	if w.idle[key] {
+		return true
+	}
+	w.idle[key] = true
+	return false
+}
+
+func maxTime(ts ...time.Time) time.Time {
+	var m time.Time
+	for _, t := range ts {
+		if t.After(m) {
+			m = t
+		}
+	}
+	return m
+}
