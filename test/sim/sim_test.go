@@ -2,9 +2,9 @@ package sim
 
 import (
 	"context"
-	"log/slog"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
