@@ -26,7 +26,7 @@ demo: ## watch kured-host reboot simulated nodes on an embedded cluster (DEMO_FL
 build: ## build bin/kured-host for this machine (static, version from git)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kured-host ./cmd/kured-host
 
-test: tools lint unit fuzz test-packages test-integration ## everything CI runs: lint, unit (race, model check), fuzz, packages, cluster tests
+test: tools lint unit sim fuzz test-packages test-integration ## everything CI runs: lint, unit (race, model check), the simulator, fuzz, packages, cluster tests
 
 unit: ## unit tests with the race detector
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
@@ -42,7 +42,7 @@ fuzz: ## short fuzz runs of the claim parser and the lock's rules
 # time, faults drawn per seed. SEED=N replays one seed; SEEDS=N runs N.
 SEEDS ?= 1000
 sim: ## the simulator: SEEDS seeds (1000) of the real daemon under faults; SEED=N replays one
-	SIM_SEEDS=$(SEEDS) SIM_SEED=$(SEED) $(GO) test -count=1 -timeout 30m -run '^TestSim$$' -v ./test/sim/
+	cd test/sim && SIM_SEEDS=$(SEEDS) SIM_SEED=$(SEED) $(GO) test -count=1 -timeout 30m -run '^TestSim$$'
 
 lint: tools ## gofmt, go vet and shellcheck
 	@out=$$(gofmt -l cmd daemon internal model packaging systemd test tools 2>/dev/null); \

@@ -114,7 +114,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 			GracePeriod: cfg.Drain.GracePeriod.Std(), Timeout: cfg.Drain.Timeout.Std(),
 			PodSelector: cfg.Drain.PodSelector.Selector(), SkipWaitForDeleteTimeout: cfg.Drain.SkipWaitForDeleteTimeout.Std(),
 			DeleteEmptyDirData: cfg.Drain.DeleteEmptyDirData, EvictUnreplicated: cfg.Drain.EvictUnreplicated,
-		}, Observe: l.Observe},
+		}, Observe: l.Observe, Confirm: func(ctx context.Context) error { _, err := l.Confirm(ctx); return err }},
 		Rebooter: reboot,
 		Health:   healthFor(cfg.Health),
 		Watchdog: host.WatchdogInterval(),

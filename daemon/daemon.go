@@ -595,6 +595,10 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 			if ctx.Err() != nil {
 				return err
 			}
+			if _, st := d.Lock.Known(); st != claim.Holding || d.Lock.Unreadable() != nil {
+				// An eviction's confirmation found the slot gone.
+				return d.lostPath(ctx, log, c, "the claim went away during the drain: "+firstLine(err.Error()))
+			}
 			d.drainTook("failed", began)
 			d.failed("drain")
 			if !d.Config.Drain.ForceReboot {

@@ -68,13 +68,14 @@ type Claim struct {
 	V       int       `json:"v"`
 	State   State     `json:"state"`
 	Since   time.Time `json:"since"`   // joined the queue (server time); fairness order
-	Updated time.Time `json:"updated"` // the owner's clock at its last write
+	Updated time.Time `json:"updated"` // the last write, on the API server's clock as the owner estimates it
 	Limits  Limits    `json:"limits"`
 	// Groups are the node's label values for each group rule, recorded when
 	// announcing; a holder counts in these groups.
 	Groups map[string]string `json:"groups,omitempty"`
-	// Acquired is the owner's clock when it committed (holding); the
-	// holder alarm and the optional TTL count from it.
+	// Acquired is when it committed (holding), on the API server's clock
+	// as the owner estimates it; the holder alarm and the optional TTL
+	// count from it.
 	Acquired         *time.Time `json:"acquired,omitempty"`
 	BootID           string     `json:"bootID,omitempty"`
 	Phase            Phase      `json:"phase,omitempty"`

@@ -259,6 +259,12 @@ type Queue struct {
 	Skipped  map[string]string // waiting node -> why it was passed over
 }
 
+// Why a waiting node is passed over (Queue.Skipped).
+const (
+	SkippedNotReady = "the node is not Ready"
+	SkippedSilent   = "it did not take its turn in time (its daemon may be gone)"
+)
+
 // Eligibility computes the queue. skip reports waiting nodes to pass over
 // (their daemon seems gone: eligible for longer than the grace period
 // without announcing); waiting nodes that are not Ready are passed over
@@ -299,10 +305,10 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 		decided = w.Name == last
 		switch {
 		case !w.Ready:
-			q.Skipped[w.Name] = "the node is not Ready"
+			q.Skipped[w.Name] = SkippedNotReady
 			continue
 		case skip != nil && skip(w.Name):
-			q.Skipped[w.Name] = "it did not take its turn in time (its daemon may be gone)"
+			q.Skipped[w.Name] = SkippedSilent
 			continue
 		}
 		if why := blocks(w, admitted, bound); why != "" {

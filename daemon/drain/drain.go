@@ -17,10 +17,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	policyv1client "k8s.io/client-go/kubernetes/typed/policy/v1"
 	"k8s.io/client-go/rest"
 	kubedrain "k8s.io/kubectl/pkg/drain"
 )
@@ -49,6 +51,11 @@ type Drainer struct {
 	// Observe, if set, is given the Node as each cordon or uncordon left
 	// it: the lock's next claim write builds on it (lock.Lock.Observe).
 	Observe func(*corev1.Node)
+	// Confirm, if set, is asked before each eviction, the drain library's
+	// retries included: an eviction is a disruptive step, and the slot
+	// must still be this node's (a consistent read of its claim). An
+	// error stops the drain.
+	Confirm func(ctx context.Context) error
 }
 
 // ErrRefused means pods the configuration does not allow evicting are on
@@ -180,9 +187,13 @@ func (d *Drainer) Drain(ctx context.Context) error {
 	if retry <= 0 {
 		retry = 5 * time.Second
 	}
+	client := d.Client
+	if d.Confirm != nil {
+		client = confirmed{Interface: client, confirm: d.Confirm}
+	}
 	h := &kubedrain.Helper{
 		Ctx:                             ctx,
-		Client:                          d.Client,
+		Client:                          client,
 		Force:                           true, // Plan decided
 		GracePeriodSeconds:              grace,
 		IgnoreAllDaemonSets:             true,
@@ -204,6 +215,40 @@ func (d *Drainer) Drain(ctx context.Context) error {
 		return fmt.Errorf("drain node %s: %w", d.Node, err)
 	}
 	return nil
+}
+
+// confirmed is the client the drain library evicts with when each eviction
+// is confirmed first. The library retries refused evictions on its own,
+// for as long as the drain may take: a slot lost meanwhile (the Node
+// deleted, the claim removed) must stop it before the next eviction.
+type confirmed struct {
+	kubernetes.Interface
+	confirm func(context.Context) error
+}
+
+func (c confirmed) PolicyV1() policyv1client.PolicyV1Interface {
+	return confirmedPolicy{c.Interface.PolicyV1(), c.confirm}
+}
+
+type confirmedPolicy struct {
+	policyv1client.PolicyV1Interface
+	confirm func(context.Context) error
+}
+
+func (p confirmedPolicy) Evictions(namespace string) policyv1client.EvictionInterface {
+	return confirmedEvictions{p.PolicyV1Interface.Evictions(namespace), p.confirm}
+}
+
+type confirmedEvictions struct {
+	policyv1client.EvictionInterface
+	confirm func(context.Context) error
+}
+
+func (e confirmedEvictions) Evict(ctx context.Context, ev *policyv1.Eviction) error {
+	if err := e.confirm(ctx); err != nil {
+		return fmt.Errorf("before evicting pod %s/%s: %w", ev.Namespace, ev.Name, err)
+	}
+	return e.EvictionInterface.Evict(ctx, ev)
 }
 
 // logWriter turns the drain library's progress lines into log records.

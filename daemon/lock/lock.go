@@ -61,10 +61,12 @@ type Options struct {
 	TTL time.Duration
 	// AlarmAge and EnteringAlarmAge raise alarms for old claims.
 	AlarmAge, EnteringAlarmAge time.Duration
-	// Now is this host's clock (claims' updated and acquired times).
+	// Now is this host's clock, for its own timers (the grace, the
+	// release delay).
 	Now func() time.Time
-	// ServerNow is the API server's clock, for the queue order (since),
-	// and the reference against which other nodes' claims are judged.
+	// ServerNow is the API server's clock as this host estimates it: the
+	// times a claim records (since, updated, acquired) and the reference
+	// its readers judge them by (their age, the TTL, plausibility).
 	ServerNow func() time.Time
 	// ClockTolerance is the stated clock tolerance
 	// (config.LockConfig.ClockTolerance): another node's claim with a
@@ -429,7 +431,11 @@ func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (cla
 	var label, ann any // nil removes
 	if state != "" {
 		c.State = state
-		c.Updated = l.o.Now().UTC().Truncate(time.Millisecond)
+		// The API server's clock, as this host estimates it: the readers
+		// judge a claim's age by it, each with its own estimate, so a
+		// host clock that is off does not make a claim look older or
+		// younger than it is.
+		c.Updated = l.o.ServerNow().UTC().Truncate(time.Millisecond)
 		s, err := c.Marshal()
 		if err != nil {
 			return claim.Claim{}, err
@@ -778,10 +784,10 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		now := l.o.Now()
-		q := claim.EligibilityUpTo(snap, now, l.o.TTL, l.silent(now), l.o.Node)
+		now, server := l.o.Now(), l.o.ServerNow()
+		q := claim.EligibilityUpTo(snap, server, l.o.TTL, l.silent(now), l.o.Node)
 		l.noteEligible(q, now)
-		l.raiseAlarms(ctx, snap, now)
+		l.raiseAlarms(ctx, snap, server)
 		if q.Eligible(l.o.Node) {
 			return nil
 		}
@@ -861,7 +867,7 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 	// follows only if this node may now go.
 	poll := time.NewTimer(l.jitter(farPoll))
 	defer poll.Stop()
-	went := map[string]bool{} // waiting in snap, seen active since
+	view := newFarView(snap)
 	timeout := time.Minute
 	if far.perPosition > 0 {
 		timeout = farBounds(far.eta(ahead))
@@ -884,7 +890,7 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 			}
 			return false, nil // the time is up: read the queue
 		case <-poll.C:
-			if l.mayGoNow(ctx, snap, went) {
+			if l.mayGoNow(ctx, view) {
 				return true, nil
 			}
 			poll.Reset(l.jitter(farPoll))
@@ -910,13 +916,48 @@ const farPoll = 15 * time.Second
 // activeSelector selects the nodes whose claim takes a slot.
 var activeSelector = claim.Label + " in (" + string(claim.Entering) + "," + string(claim.Holding) + ")"
 
+// farView is what a node far back knows between two reads of the queue:
+// the last read, the nodes seen active since, and the readiness of the
+// nodes ahead that seemed to hold it up.
+type farView struct {
+	snap []claim.Participant
+	// went are the nodes waiting in snap seen active since: a reboot
+	// takes minutes, far longer than farPoll, so a node that took a slot
+	// and gave it back has been seen.
+	went map[string]bool
+	// ready is the readiness of the waiting nodes ahead that the view
+	// let go while this node could not, read once (a read of metadata
+	// does not show it).
+	ready map[string]bool
+}
+
+func newFarView(snap []claim.Participant) *farView {
+	return &farView{snap: snap, went: map[string]bool{}, ready: map[string]bool{}}
+}
+
+// queue works out the queue from the last read with the active claims
+// read now.
+func (v *farView) queue(l *Lock, active []claim.Participant) claim.Queue {
+	view := make([]claim.Participant, 0, len(v.snap)+len(active))
+	for _, p := range v.snap {
+		if p.Claim.State == claim.Waiting && !v.went[p.Name] {
+			if ready, read := v.ready[p.Name]; read {
+				p.Ready = ready
+			}
+			view = append(view, p)
+		}
+	}
+	view = append(view, active...)
+	return claim.EligibilityUpTo(view, l.o.ServerNow(), l.o.TTL, l.silent(l.o.Now()), l.o.Node)
+}
+
 // mayGoNow reads the active claims and reports whether, with them in
-// place of those of snap (the last read of the queue), this node would be
-// eligible. A node waiting in snap that has been seen active since (went)
-// is no longer waiting: a reboot takes minutes, far longer than farPoll,
-// so a node that took a slot and gave it back is seen. A failed read says
-// no: the next one, or the mark, tells.
-func (l *Lock) mayGoNow(ctx context.Context, snap []claim.Participant, went map[string]bool) bool {
+// place of those of the last read of the queue, this node would be
+// eligible. Waiting nodes ahead that the view lets go take the free slots,
+// unless they are NotReady: each is read once (a GET from the API
+// server's cache), and passed over if so, as the nodes that watch pass it
+// over. A failed read says no: the next one, or the mark, tells.
+func (l *Lock) mayGoNow(ctx context.Context, v *farView) bool {
 	opts := metav1.ListOptions{LabelSelector: activeSelector, ResourceVersion: "0"}
 	var nodes []*corev1.Node
 	if l.o.Metadata != nil {
@@ -938,14 +979,27 @@ func (l *Lock) mayGoNow(ctx context.Context, snap []claim.Participant, went map[
 	}
 	active := l.distrust(Participants(nodes, l.o.ServerNow(), l.o.ClockTolerance))
 	for _, a := range active {
-		went[a.Name] = true
+		v.went[a.Name] = true
 	}
-	now := l.o.Now()
-	view := slices.DeleteFunc(slices.Clone(snap), func(p claim.Participant) bool {
-		return p.Claim.State != claim.Waiting || went[p.Name]
-	})
-	view = append(view, active...)
-	q := claim.EligibilityUpTo(view, now, l.o.TTL, l.silent(now), l.o.Node)
+	q := v.queue(l, active)
+	if !q.Eligible(l.o.Node) {
+		passed := false
+		for _, n := range q.Waiting {
+			if n == l.o.Node {
+				break
+			}
+			if _, read := v.ready[n]; read || !q.Eligible(n) {
+				continue
+			}
+			if node, err := l.o.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{ResourceVersion: "0"}); err == nil {
+				v.ready[n] = nodeReady(node)
+				passed = passed || !v.ready[n]
+			}
+		}
+		if passed {
+			q = v.queue(l, active)
+		}
+	}
 	l.log.Debug("far back: the active claims read", "active", len(active), "eligible", q.Eligible(l.o.Node), "blocked_by", q.Blocked[l.o.Node])
 	return q.Eligible(l.o.Node)
 }
@@ -1052,21 +1106,27 @@ func copyTimes(m map[string]time.Time) map[string]time.Time {
 	return c
 }
 
-// noteEligible records when each other waiting node first became eligible
-// (or was passed over for silence), and forgets nodes that are no longer
-// waiting.
+// noteEligible records when each other waiting node became eligible (or
+// was passed over for its silence) and has stayed so, and forgets the
+// others: a node that was NotReady, or held back by a limit, starts its
+// grace afresh once it may go (it was passed over at once, the grace long
+// spent, when it came back).
 func (l *Lock) noteEligible(q claim.Queue, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, name := range q.Waiting {
+		why, skipped := q.Skipped[name]
+		if q.Eligible(name) || (skipped && why == claim.SkippedSilent) {
+			if l.firstEligible[name].IsZero() {
+				l.firstEligible[name] = now
+			}
+			continue
+		}
+		delete(l.firstEligible, name)
+	}
 	for name := range l.firstEligible {
 		if !slices.Contains(q.Waiting, name) {
 			delete(l.firstEligible, name)
-		}
-	}
-	for _, name := range q.Waiting {
-		_, skipped := q.Skipped[name]
-		if (q.Eligible(name) || skipped) && l.firstEligible[name].IsZero() {
-			l.firstEligible[name] = now
 		}
 	}
 }
@@ -1207,13 +1267,13 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 			me = p
 		}
 	}
-	now := l.o.Now()
-	l.raiseAlarms(ctx, ps, now)
-	v := claim.Verify(me, l.o.Limits, ps, now, l.o.TTL)
+	now, server := l.o.Now(), l.o.ServerNow()
+	l.raiseAlarms(ctx, ps, server)
+	v := claim.Verify(me, l.o.Limits, ps, server, l.o.TTL)
 	if v.Decision != claim.StepBack {
 		// Fairness: a node that announced from a stale view gives way to
 		// a waiting node whose turn it is. Stepping back is always safe.
-		if yield, why := claim.Yield(me, ps, now, l.o.TTL, l.silent(now)); yield {
+		if yield, why := claim.Yield(me, ps, server, l.o.TTL, l.silent(now)); yield {
 			return claim.Verdict{Decision: claim.StepBack, Reason: why}, nil
 		}
 	}
@@ -1241,7 +1301,7 @@ func (l *Lock) commit(ctx context.Context) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	c := cur.claim
-	now := l.o.Now().UTC().Truncate(time.Millisecond)
+	now := l.o.ServerNow().UTC().Truncate(time.Millisecond)
 	c.Acquired, c.BootID, c.Phase = &now, boot, claim.PhaseAcquired
 	if _, err := l.write(ctx, claim.Holding, c); err != nil {
 		return l.reread(ctx, err)

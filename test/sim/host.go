@@ -296,7 +296,7 @@ func (h *Host) startDaemon() {
 		Config: cfg, Log: log, Notify: noNotify{}, Lock: l, Sentinel: h,
 		Drainer: &drain.Drainer{Client: c.Kube, Node: h.Name, Log: log.With("component", "drain"), Options: drain.Options{
 			GracePeriod: -1, Timeout: cfg.Drain.Timeout.Std(), DeleteEmptyDirData: true, EvictUnreplicated: true,
-		}, Observe: l.Observe},
+		}, Observe: l.Observe, Confirm: func(ctx context.Context) error { _, err := l.Confirm(ctx); return err }},
 		Rebooter: h,
 		BootID:   h.BootID,
 		Ready: func(ctx context.Context) (bool, string, error) {

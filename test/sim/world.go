@@ -439,6 +439,10 @@ func (w *World) budget(p *corev1.Pod) error {
 // onEvict is the app's controller: a replacement comes up on another
 // schedulable, Ready node a little later.
 func (w *World) onEvict(p *corev1.Pod) {
+	// An eviction is a disruptive step: the node must hold its slot.
+	if n := w.store.Node(p.Spec.NodeName); n == nil || claim.State(n.Labels[claim.Label]) != claim.Holding {
+		w.violate("%s evicted pod %s without holding a slot", p.Spec.NodeName, p.Name)
+	}
 	app := p.Labels["app"]
 	w.goSafe(func() {
 		if sleep(w.ctx, w.draw(Span{2 * time.Second, 20 * time.Second})) != nil {
