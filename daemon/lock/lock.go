@@ -763,6 +763,16 @@ func (cc *claimCache) participants(nodes []*corev1.Node) []claim.Participant {
 	return ps
 }
 
+// readyStatus is n's Ready condition's status ("" when it has none).
+func readyStatus(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
 func nodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
@@ -856,6 +866,7 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 // (and made it slower).
 func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time, snap []claim.Participant) (bool, error) {
 	d := far.next(ahead, read)
+	l.log.Debug("far back in the queue", "ahead", ahead, "mark", mark.name, "next_read_in", d)
 	if mark.name == "" {
 		return false, sleep(ctx, d)
 	}
@@ -925,14 +936,22 @@ type farView struct {
 	// takes minutes, far longer than farPoll, so a node that took a slot
 	// and gave it back has been seen.
 	went map[string]bool
-	// ready is the readiness of the waiting nodes ahead that the view
-	// let go while this node could not, read once (a read of metadata
-	// does not show it).
-	ready map[string]bool
+	// read are the waiting nodes ahead that the view let go while this
+	// node could not, each read once since (its claim may have changed
+	// between two reads of the active claims: removed and joined again
+	// behind; and a read of metadata does not show readiness).
+	read map[string]bool
 }
 
 func newFarView(snap []claim.Participant) *farView {
-	return &farView{snap: snap, went: map[string]bool{}, ready: map[string]bool{}}
+	return &farView{snap: slices.Clone(snap), went: map[string]bool{}, read: map[string]bool{}}
+}
+
+// update replaces node name's participant in the view with what a read of
+// its Node showed (none: it has no claim any more).
+func (v *farView) update(name string, p []claim.Participant) {
+	v.snap = slices.DeleteFunc(v.snap, func(q claim.Participant) bool { return q.Name == name })
+	v.snap = append(v.snap, p...)
 }
 
 // queue works out the queue from the last read with the active claims
@@ -940,10 +959,7 @@ func newFarView(snap []claim.Participant) *farView {
 func (v *farView) queue(l *Lock, active []claim.Participant) claim.Queue {
 	view := make([]claim.Participant, 0, len(v.snap)+len(active))
 	for _, p := range v.snap {
-		if p.Claim.State == claim.Waiting && !v.went[p.Name] {
-			if ready, read := v.ready[p.Name]; read {
-				p.Ready = ready
-			}
+		if p.Claim.State == claim.Waiting && (!v.went[p.Name] || v.read[p.Name]) {
 			view = append(view, p)
 		}
 	}
@@ -954,9 +970,11 @@ func (v *farView) queue(l *Lock, active []claim.Participant) claim.Queue {
 // mayGoNow reads the active claims and reports whether, with them in
 // place of those of the last read of the queue, this node would be
 // eligible. Waiting nodes ahead that the view lets go take the free slots,
-// unless they are NotReady: each is read once (a GET from the API
-// server's cache), and passed over if so, as the nodes that watch pass it
-// over. A failed read says no: the next one, or the mark, tells.
+// unless they are NotReady or no longer where the view has them: each is
+// read once (a GET from the API server's cache), its claim and readiness
+// taken from the read, so that a NotReady one is passed over as the nodes
+// that watch pass it over. A failed read says no: the next one, or the
+// mark, tells.
 func (l *Lock) mayGoNow(ctx context.Context, v *farView) bool {
 	opts := metav1.ListOptions{LabelSelector: activeSelector, ResourceVersion: "0"}
 	var nodes []*corev1.Node
@@ -983,20 +1001,22 @@ func (l *Lock) mayGoNow(ctx context.Context, v *farView) bool {
 	}
 	q := v.queue(l, active)
 	if !q.Eligible(l.o.Node) {
-		passed := false
+		changed := false
 		for _, n := range q.Waiting {
 			if n == l.o.Node {
 				break
 			}
-			if _, read := v.ready[n]; read || !q.Eligible(n) {
+			if v.read[n] || !q.Eligible(n) {
 				continue
 			}
-			if node, err := l.o.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{ResourceVersion: "0"}); err == nil {
-				v.ready[n] = nodeReady(node)
-				passed = passed || !v.ready[n]
+			node, err := l.o.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{ResourceVersion: "0"})
+			if err != nil {
+				continue
 			}
+			v.read[n], changed = true, true
+			v.update(n, l.distrust(Participants([]*corev1.Node{queueNode(node.ObjectMeta, readyStatus(node))}, l.o.ServerNow(), l.o.ClockTolerance)))
 		}
-		if passed {
+		if changed {
 			q = v.queue(l, active)
 		}
 	}

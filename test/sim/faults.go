@@ -88,6 +88,7 @@ func (w *World) startFaults() {
 		for range 1 + w.intn(3) {
 			w.at(w.adminEdit)
 		}
+		w.interpose(1 + w.intn(2))
 	}
 	if f.NodeDelete {
 		w.at(func() {
@@ -132,6 +133,36 @@ func (w *World) startFaults() {
 	}
 	if f.Death {
 		w.at(func() { w.randomHost().die() })
+	}
+}
+
+// interpose arms up to n admin edits in the narrowest windows, right
+// after a node's own write: its label set back to waiting just after it
+// announced (before its verify), or its claim removed just after it
+// recorded a phase (before the cordon, the drain or the reboot that
+// phase is about).
+func (w *World) interpose(n int) {
+	left := n
+	w.store.Faults.Interpose = func(r api.Revision) func(*corev1.Node) {
+		c, err := claim.Parse(r.Node.Labels[claim.Label], r.Node.Annotations[claim.Annotation])
+		if err != nil || left == 0 || !w.chance(0.05) {
+			return nil
+		}
+		name := r.Node.Name
+		switch {
+		case c.State == claim.Entering:
+			left--
+			w.tracef(name, "the admin sets the label alone back to waiting, just after it announced (fault)")
+			return func(n *corev1.Node) { n.Labels[claim.Label] = string(claim.Waiting) }
+		case c.State == claim.Holding && (c.Phase == claim.PhaseCordoned || c.Phase == claim.PhaseDraining || c.Phase == claim.PhaseDrained):
+			left--
+			w.tracef(name, "the admin removes the claim, just after it recorded %s (fault)", c.Phase)
+			return func(n *corev1.Node) {
+				delete(n.Labels, claim.Label)
+				delete(n.Annotations, claim.Annotation)
+			}
+		}
+		return nil
 	}
 }
 

@@ -55,6 +55,11 @@ type Faults struct {
 	// Evict decides an eviction: nil allows it, an error refuses it (a
 	// PodDisruptionBudget: apierrors.NewTooManyRequests).
 	Evict func(pod *corev1.Pod) error
+	// Interpose, after a node's write to its own Node, may return an
+	// admin's edit to apply at once, before anything else is served: a
+	// hand in the narrowest windows (between an announce and its verify,
+	// between a claim's record and the cordon it records).
+	Interpose func(Revision) func(*corev1.Node)
 }
 
 // ErrLostReply is what a caller gets when a write's reply is lost.

@@ -198,6 +198,13 @@ func (s *Store) putNode(name string, n *corev1.Node, who string) *corev1.Node {
 	if s.OnNode != nil {
 		s.OnNode(rev)
 	}
+	if f := s.Faults.Interpose; f != nil && n != nil && who == NodeIdentity(name) {
+		if edit := f(rev); edit != nil {
+			e := n.DeepCopy()
+			edit(e)
+			s.putNode(name, e, Admin)
+		}
+	}
 	return n
 }
 
