@@ -23,6 +23,7 @@ var (
 	first    = flag.Int64("sim.first", 1, "the first seed")
 	verbose  = flag.Bool("sim.trace", false, "print every run's trace")
 	maxFails = flag.Int("sim.maxfail", 3, "stop after this many failed seeds")
+	serial   = flag.Bool("sim.serial", false, "run the seeds one after the other, in order (to count the seeds a failure needs)")
 )
 
 // TestMain replaces client-go's handler of errors it cannot return (a
@@ -61,7 +62,9 @@ func TestSim(t *testing.T) {
 	t.Run("seeds", func(t *testing.T) {
 		for seed := from; seed < from+int64(n); seed++ {
 			t.Run(fmt.Sprint(seed), func(t *testing.T) {
-				t.Parallel()
+				if !*serial {
+					t.Parallel()
+				}
 				mu.Lock()
 				stop := failed >= *maxFails
 				mu.Unlock()
