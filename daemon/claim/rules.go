@@ -385,7 +385,7 @@ func Alarms(snap []Participant, now time.Time, holdAge, enterAge time.Duration) 
 			}
 			if age := now.Sub(since); age > holdAge {
 				out = append(out, Alarm{Node: p.Name, State: Holding, Since: since, Age: age, What: fmt.Sprintf(
-					"has held a reboot slot for %s (phase %q): bring the node back, delete its Node object, or remove its claim by hand", age.Round(time.Second), p.Claim.Phase)})
+					"has held a reboot slot for %s (phase %q): bring the node back; if its machine is dead, delete its Node object or remove its claim by hand (either frees the slot at once, even if the node is still rebooting)", age.Round(time.Second), p.Claim.Phase)})
 			}
 		case p.Claim.State == Entering:
 			if age := now.Sub(p.Claim.Updated); age > enterAge {

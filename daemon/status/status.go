@@ -341,11 +341,11 @@ type candidate struct {
 }
 
 // limitFor is the strictest limit of label's rule for members (the
-// participants of a domain): this configuration and the active claims
-// among members; if none of them sets one, the waiting claims; then the
-// built-in defaults when there is no configuration file.
+// participants of a domain): this configuration, the active claims and the
+// readable waiting claims among members (they bind too, as the lock counts
+// them); then the built-in defaults when there is no configuration file.
 func (s *snap) limitFor(label string, members []claim.Participant) (int, From) {
-	var active, waiting, defaults []candidate
+	var active, defaults []candidate
 	if s.local.File != "" {
 		origin := cmp.Or(s.local.ConcurrencyFrom, s.local.File)
 		if label != "" {
@@ -360,14 +360,11 @@ func (s *snap) limitFor(label string, members []claim.Participant) (int, From) {
 		if p.Err != nil {
 			c.src.State = StateUnreadable
 		}
-		switch {
-		case p.Active(s.now, s.ttl):
+		if p.Active(s.now, s.ttl) || (p.Claim.State == claim.Waiting && p.Err == nil) {
 			active = append(active, c)
-		case p.Claim.State == claim.Waiting && p.Err == nil:
-			waiting = append(waiting, c)
 		}
 	}
-	for _, tier := range [][]candidate{active, waiting, defaults} {
+	for _, tier := range [][]candidate{active, defaults} {
 		ls := make([]claim.Limits, len(tier))
 		for i, c := range tier {
 			ls[i] = c.limits
