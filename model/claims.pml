@@ -25,18 +25,33 @@
  * zone with at most one holder; a node is disrupted (cordoned, drained,
  * rebooting) only while its register says holding.
  *
+ * An admin may also edit an entering claim's label alone back to waiting
+ * (the annotation still says entering): the verify must see that its own
+ * claim is no longer the entering one it announced. Under LIVENESS a node
+ * that would commit or stay also gives way (steps back) to a waiting node
+ * ahead of it that could go now, with only itself counted as waiting
+ * (Yield). CONFIG2 is a second configuration in which the global limit
+ * binds on its own: every node at concurrency 2, one per zone, three zones.
+ *
  * Build variants (spin -D...):
  *   STALE_VERIFY     verify from the snapshot taken before announcing
+ *   STALE_OWN        verify trusts the claim it remembers, not the one in its
+ *                    snapshot, and re-bases its next write on the snapshot
+ *                    (an admin's edit of the label alone goes unseen)
+ *   NO_GLOBAL        verify checks only the zone limit, not the cluster's
  *   IGNORE_ENTERING  verify counts only holding claims, not entering ones
  *   NO_STRICTEST     verify uses only the node's own limit
  *   UNCONDITIONAL    writes ignore intervening writes (no precondition)
  *   NO_STAY          an entering node steps back on any conflict, even with
- *                    claims behind it
+ *                    claims behind it (no longer a livelock here: with the
+ *                    waiting claimants' limits binding, exact eligibility
+ *                    and verify agree)
  *   LOOSE            (with LIVENESS) a node is eligible when it fits with the
  *                    active claims, whatever the queue before it
  *   LIVENESS         no crashes, no lost replies, no admin: for the
  *                    progress property (every node ends rebooted and released)
- *   MAXCRASH, MAXLOST, MAXADMIN  bounds on the faults (defaults 2, 1, 1)
+ *   MAXCRASH, MAXLOST, MAXADMIN, MAXEDIT  bounds on the faults (defaults
+ *                    2, 1, 1, 0)
  */
 
 #define N 4
@@ -63,6 +78,7 @@
 #define MAXCRASH 0
 #define MAXLOST  0
 #define MAXADMIN 0
+#define MAXEDIT  0
 #endif
 #ifndef MAXCRASH
 #define MAXCRASH 2
@@ -72,6 +88,9 @@
 #endif
 #ifndef MAXADMIN
 #define MAXADMIN 1
+#endif
+#ifndef MAXEDIT
+#define MAXEDIT 0
 #endif
 
 byte zone[N];
@@ -89,6 +108,7 @@ bool pendValid[N];   /* its precondition still holds: nothing written since it w
 byte crashes = 0;
 byte lost = 0;
 byte admins = 0;
+byte edits = 0;
 
 bool down[N];        /* being disrupted */
 bool done[N];        /* rebooted and released */
@@ -176,6 +196,8 @@ proctype Node(byte i) {
 							if :: zone[k] == zone[w] -> zA++ :: else -> skip fi
 						:: else -> skip
 						fi;
+						/* the waiting claimants' limits bind too */
+						if :: rstate[k] == WAITING && limit[k] < lim -> lim = limit[k] :: else -> skip fi;
 						k++
 					:: else -> break
 					od;
@@ -234,8 +256,12 @@ proctype Node(byte i) {
 		 * the active claims' published limits */
 		atomic {
 			if
+#ifdef STALE_OWN
+			:: true -> touched[i] = false;   /* trusts its own claim as it remembers it */
+#else
 			:: rstate[i] != ENTERING -> pc = START   /* not what we announced: decide from what is there */
 			:: else ->
+#endif
 #ifndef STALE_VERIFY
 				j = 0;
 				do
@@ -262,6 +288,8 @@ proctype Node(byte i) {
 							if :: zone[j] == zone[i] -> zA++ :: else -> skip fi
 						:: else -> skip
 						fi;
+						/* the waiting claimants' limits bind too */
+						if :: ss[j] == WAITING && limit[j] < lim -> lim = limit[j] :: else -> skip fi;
 						/* holders, and entering claims ahead in the queue */
 						if
 						:: ss[j] == HOLDING || (ss[j] == ENTERING && j < i) ->
@@ -274,6 +302,9 @@ proctype Node(byte i) {
 					j++
 				:: else -> break
 				od;
+#ifdef NO_GLOBAL
+				cA = 0; cS = 0; lim = N;
+#endif
 				if
 				:: cA + 1 <= lim && zA + 1 <= 1 -> pc = COMMITTING
 #ifdef NO_STAY
@@ -282,7 +313,56 @@ proctype Node(byte i) {
 				:: !(cA + 1 <= lim && zA + 1 <= 1) && cS + 1 <= lim && zS + 1 <= 1 -> skip   /* stay entering */
 #endif
 				:: !(cA + 1 <= lim && zA + 1 <= 1) && !(cS + 1 <= lim && zS + 1 <= 1) -> pc = STEPBACK
+				fi;
+#ifdef LIVENESS
+				/* Yield: with only itself counted as waiting (every other
+				 * claim as it is), if a waiting node ahead would be
+				 * admitted and it would not, it gives way */
+				if
+				:: pc != STEPBACK ->
+					j = 0;
+					do
+					:: j < N -> adm[j] = (j != i && (rstate[j] == ENTERING || rstate[j] == HOLDING)); j++
+					:: else -> break
+					od;
+					w = 0;
+					do
+					:: w < N ->
+						if
+						:: rstate[w] == WAITING || w == i ->
+							lim = limit[w]; cA = 0; zA = 0; k = 0;
+							do
+							:: k < N ->
+								if
+								:: adm[k] ->
+									cA++;
+									if :: limit[k] < lim -> lim = limit[k] :: else -> skip fi;
+									if :: zone[k] == zone[w] -> zA++ :: else -> skip fi
+								:: else -> skip
+								fi;
+								if :: (rstate[k] == WAITING || k == i) && limit[k] < lim -> lim = limit[k] :: else -> skip fi;
+								k++
+							:: else -> break
+							od;
+							adm[w] = (cA + 1 <= lim && zA + 1 <= 1)
+						:: else -> skip
+						fi;
+						w++
+					:: else -> break
+					od;
+					if
+					:: !adm[i] && ((i > 0 && rstate[0] == WAITING && adm[0]) || (i > 1 && rstate[1] == WAITING && adm[1]) || (i > 2 && rstate[2] == WAITING && adm[2])) -> pc = STEPBACK
+					:: else -> skip
+					fi;
+					j = 0;
+					do
+					:: j < N -> adm[j] = false; j++
+					:: else -> break
+					od;
+					w = 0; k = 0
+				:: else -> skip
 				fi
+#endif
 			fi;
 			j = 0;
 			do
@@ -367,6 +447,10 @@ end:
 #define REMOVE(j) atomic { admins < MAXADMIN && rstate[j] == ENTERING -> \
 	admins++; rstate[j] = NONE; touched[j] = true; WROTE(j) }
 
+/* an admin sets an entering claim's label alone back to waiting */
+#define EDIT(j) atomic { edits < MAXEDIT && rstate[j] == ENTERING -> \
+	edits++; rstate[j] = WAITING; touched[j] = true; WROTE(j) }
+
 active proctype Admin() {
 end:
 	do
@@ -374,14 +458,23 @@ end:
 	:: REMOVE(1)
 	:: REMOVE(2)
 	:: REMOVE(3)
+	:: EDIT(0)
+	:: EDIT(1)
+	:: EDIT(2)
+	:: EDIT(3)
 	od
 }
 #endif
 
 init {
 	atomic {
+#ifdef CONFIG2
+		zone[0] = 0; zone[1] = 1; zone[2] = 2; zone[3] = 2;
+		limit[0] = 2; limit[1] = 2; limit[2] = 2; limit[3] = 2;
+#else
 		zone[0] = 0; zone[1] = 0; zone[2] = 1; zone[3] = 1;
 		limit[0] = 1; limit[1] = 2; limit[2] = 2; limit[3] = 2;
+#endif
 		run Node(0); run Node(1); run Node(2); run Node(3)
 	}
 }

@@ -24,13 +24,18 @@ type run struct {
 var runs = []run{
 	{"safety with crashes", []string{"-DMAXCRASH=2", "-DMAXLOST=0", "-DMAXADMIN=0"}, false, ""},
 	{"safety with lost replies and an admin", []string{"-DMAXCRASH=0", "-DMAXLOST=1", "-DMAXADMIN=1"}, false, ""},
+	{"safety with an admin's edit of a label alone", []string{"-DMAXCRASH=0", "-DMAXLOST=0", "-DMAXADMIN=0", "-DMAXEDIT=1"}, false, ""},
+	{"safety where the global limit binds on its own, with crashes", []string{"-DCONFIG2", "-DMAXCRASH=2", "-DMAXLOST=0", "-DMAXADMIN=0"}, false, ""},
 	{"liveness", []string{"-DLIVENESS"}, true, ""},
+	{"liveness where the global limit binds on its own", []string{"-DLIVENESS", "-DCONFIG2"}, true, ""},
 
 	{"broken: verify from a snapshot taken before the announce", []string{"-DSTALE_VERIFY", "-DMAXCRASH=0"}, false, "assertion violated"},
 	{"broken: ignore entering claims", []string{"-DIGNORE_ENTERING", "-DMAXCRASH=0"}, false, "assertion violated"},
 	{"broken: drop the strictest-limit rule", []string{"-DNO_STRICTEST", "-DMAXCRASH=0"}, false, "assertion violated"},
 	{"broken: unconditional writes", []string{"-DUNCONDITIONAL", "-DMAXCRASH=0"}, false, "assertion violated"},
-	{"broken: no stay rule (livelock)", []string{"-DLIVENESS", "-DNO_STAY"}, true, "acceptance cycle"},
+	{"broken: verify trusts the claim it remembers (an edited label unseen)", []string{"-DSTALE_OWN", "-DMAXCRASH=0", "-DMAXLOST=0", "-DMAXADMIN=0", "-DMAXEDIT=1"}, false, "assertion violated"},
+	{"broken: drop the global limit where it binds on its own", []string{"-DCONFIG2", "-DNO_GLOBAL", "-DMAXCRASH=0"}, false, "assertion violated"},
+	{"broken: loose eligibility (livelock)", []string{"-DLIVENESS", "-DLOOSE"}, true, "acceptance cycle"},
 }
 
 // full is every fault at once; it takes minutes and 3 GB, so it runs with
