@@ -192,6 +192,8 @@ func (k Kubeconfig) Rest(userAgent string, clock *ServerClock) (*rest.Config, er
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", k.Path, err)
 	}
+	// Before the certificate's transport, which dials through it.
+	newReconnecting().install(cfg)
 	if cert != nil {
 		if err := cert.install(cfg); err != nil {
 			return nil, fmt.Errorf("kubeconfig %s: %w", k.Path, err)

@@ -493,3 +493,74 @@ func (ca *testCA) serving(t *testing.T) tls.Certificate {
 	must(t, err)
 	return pair
 }
+
+// TestUnauthorizedReconnects: the kubelet has rotated its certificate and
+// the API server now refuses the old one (expired) on the connection the
+// daemon keeps open. The 401 makes the daemon drop its connections, and
+// the next request presents the new certificate.
+func TestUnauthorizedReconnects(t *testing.T) {
+	ca := newCA(t)
+	var mu sync.Mutex
+	var seen []string
+	refuseOld := false
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cn := r.TLS.PeerCertificates[0].Subject.CommonName
+		mu.Lock()
+		seen = append(seen, cn)
+		refuse := refuseOld && cn == "system:node:old"
+		mu.Unlock()
+		if refuse {
+			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","code":401}`, http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"major":"1","minor":"37"}`)
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.pool, Certificates: []tls.Certificate{ca.serving(t)}}
+	srv.StartTLS()
+	defer srv.Close()
+
+	dir := t.TempDir()
+	certPath := filepath.Join(dir, "kubelet-client-current.pem")
+	must(t, os.WriteFile(certPath, ca.client(t, "system:node:old"), 0o600))
+	kc := filepath.Join(dir, "kubelet.conf")
+	must(t, os.WriteFile(kc, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: %q, certificate-authority-data: %q}
+contexts:
+- name: x
+  context: {cluster: c, user: u}
+current-context: x
+users:
+- name: u
+  user: {client-certificate: %s, client-key: %s}
+`, srv.URL, base64.StdEncoding.EncodeToString(ca.certPEM), certPath, certPath)), 0o600))
+	cfg, err := Kubeconfig{Path: kc, Trust: Given}.Rest("test", nil)
+	must(t, err)
+	client, err := kubernetes.NewForConfig(cfg)
+	must(t, err)
+	version := func() error { _, err := client.Discovery().ServerVersion(); return err }
+
+	must(t, version())
+	// The kubelet rotates; the old certificate expires. (client-go reads
+	// the files at most once a second.)
+	must(t, os.WriteFile(certPath, ca.client(t, "system:node:new"), 0o600))
+	time.Sleep(1100 * time.Millisecond)
+	mu.Lock()
+	refuseOld = true
+	mu.Unlock()
+	if err := version(); err == nil {
+		t.Fatal("the old certificate on the kept connection was not refused: the test proves nothing")
+	}
+	if err := version(); err != nil {
+		t.Fatalf("after a 401, the next request still fails: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 3 || seen[0] != "system:node:old" || seen[1] != "system:node:old" || seen[2] != "system:node:new" {
+		t.Errorf("certificates seen %q, want old, old (refused), then new", seen)
+	}
+}
