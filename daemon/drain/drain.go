@@ -191,8 +191,14 @@ func (d *Drainer) Drain(ctx context.Context) error {
 	if d.Confirm != nil {
 		client = confirmed{Interface: client, confirm: d.Confirm}
 	}
+	// The library's own time-out is checked only between its retries, a
+	// RetryDelay apart: this one ends the drain on time, and cancels what
+	// the library still has under way (it evicts nothing more once it
+	// sees the cancellation).
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	h := &kubedrain.Helper{
-		Ctx:                             ctx,
+		Ctx:                             hctx,
 		Client:                          client,
 		Force:                           true, // Plan decided
 		GracePeriodSeconds:              grace,
@@ -211,10 +217,25 @@ func (d *Drainer) Drain(ctx context.Context) error {
 			d.Log.Info("pod evicted", "pod", p.Namespace+"/"+p.Name)
 		},
 	}
-	if err := h.DeleteOrEvictPods(evict); err != nil {
-		return fmt.Errorf("drain node %s: %w", d.Node, err)
+	done := make(chan error, 1)
+	go func() { done <- h.DeleteOrEvictPods(evict) }()
+	var deadline <-chan time.Time
+	if d.Timeout > 0 {
+		t := time.NewTimer(d.Timeout)
+		defer t.Stop()
+		deadline = t.C
 	}
-	return nil
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("drain node %s: %w", d.Node, err)
+		}
+		return nil
+	case <-deadline:
+		return fmt.Errorf("drain node %s: not done after drain.timeout (%s)", d.Node, d.Timeout)
+	case <-ctx.Done():
+		return fmt.Errorf("drain node %s: %w", d.Node, context.Cause(ctx))
+	}
 }
 
 // confirmed is the client the drain library evicts with when each eviction

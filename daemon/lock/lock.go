@@ -941,10 +941,16 @@ type farView struct {
 	// between two reads of the active claims: removed and joined again
 	// behind; and a read of metadata does not show readiness).
 	read map[string]bool
+	// letGo are the nodes read that the view let go at the last read of
+	// the active claims. A Ready node let go takes its slot within a
+	// second, so one still not active at the next read did not go as
+	// read: an admin removed its claim, or its machine failed, between
+	// the two reads. It is read again.
+	letGo map[string]bool
 }
 
 func newFarView(snap []claim.Participant) *farView {
-	return &farView{snap: slices.Clone(snap), went: map[string]bool{}, read: map[string]bool{}}
+	return &farView{snap: slices.Clone(snap), went: map[string]bool{}, read: map[string]bool{}, letGo: map[string]bool{}}
 }
 
 // update replaces node name's participant in the view with what a read of
@@ -997,8 +1003,14 @@ func (l *Lock) mayGoNow(ctx context.Context, v *farView) bool {
 	}
 	active := l.distrust(Participants(nodes, l.o.ServerNow(), l.o.ClockTolerance))
 	for _, a := range active {
+		// Seen active: what an earlier read showed of it is past.
 		v.went[a.Name] = true
+		delete(v.read, a.Name)
 	}
+	for n := range v.letGo {
+		delete(v.read, n) // not active: the read is past too
+	}
+	clear(v.letGo)
 	q := v.queue(l, active)
 	if !q.Eligible(l.o.Node) {
 		changed := false
@@ -1018,6 +1030,14 @@ func (l *Lock) mayGoNow(ctx context.Context, v *farView) bool {
 		}
 		if changed {
 			q = v.queue(l, active)
+		}
+		for _, n := range q.Waiting {
+			if n == l.o.Node {
+				break
+			}
+			if v.read[n] && q.Eligible(n) {
+				v.letGo[n] = true
+			}
 		}
 	}
 	l.log.Debug("far back: the active claims read", "active", len(active), "eligible", q.Eligible(l.o.Node), "blocked_by", q.Blocked[l.o.Node])
