@@ -29,8 +29,15 @@ type Options struct {
 	ClockSkew    time.Duration
 	Deadline     time.Duration
 	Faults       FaultSet
-	// LogLevel of the daemons\' logs kept for a failed run\'s report.
+	// LogLevel of the daemons' logs kept for a failed run's report.
 	LogLevel slog.Level
+
+	// A regression scenario sets these in place of what a seed draws:
+	// Setup changes the hosts once built; NeedAt says when each host
+	// learns it needs a reboot; Script arms the scenario's own faults.
+	Setup  func(w *World)
+	NeedAt func(h *Host) time.Duration
+	Script func(w *World)
 }
 
 // FaultSet says which faults a run injects.

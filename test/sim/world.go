@@ -7,6 +7,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -158,11 +159,20 @@ func (w *World) Run(parent context.Context) Result {
 	w.store.OnEvict = w.onEvict
 	w.store.Faults.Evict = w.budget
 	w.build()
+	if w.o.Setup != nil {
+		w.o.Setup(w)
+	}
 	for _, h := range w.Hosts {
 		if err := h.register(); err != nil {
 			w.violate("register %s: %v", h.Name, err)
 		}
 		w.addPods(h, w.o.PodsPerNode)
+	}
+	// The faults are armed before anything runs: the store reads its
+	// fault hooks without a lock.
+	w.startFaults()
+	if w.o.Script != nil {
+		w.o.Script(w)
 	}
 	for _, h := range w.Hosts {
 		h.powerOn()
@@ -170,6 +180,9 @@ func (w *World) Run(parent context.Context) Result {
 	// The kernel update lands on every node within a few minutes.
 	for _, h := range w.Hosts {
 		after := w.draw(w.o.NeedSpread)
+		if w.o.NeedAt != nil {
+			after = w.o.NeedAt(h)
+		}
 		w.goSafe(func() {
 			if sleep(ctx, after) == nil {
 				w.tracef(h.Name, "needs a reboot")
@@ -177,7 +190,6 @@ func (w *World) Run(parent context.Context) Result {
 			}
 		})
 	}
-	w.startFaults()
 	w.goSafe(w.operator)
 	w.goSafe(w.watchProgress)
 	done := w.waitDone(ctx)
@@ -294,6 +306,36 @@ func (w *World) onNode(r api.Revision) {
 		w.tracef(n.Name, "%s%s", state, by)
 	}
 	w.checkRelease(r, prev)
+	w.checkCommit(r, prev)
+}
+
+// checkCommit: a node takes a slot only from the entering claim it
+// announced, label and annotation as it wrote them: a commit on a claim
+// someone else changed since (an admin's label-only edit) is how two nodes
+// came to hold at concurrency 1 (S1).
+func (w *World) checkCommit(r api.Revision, prev *corev1.Node) {
+	n := r.Node
+	if r.Deleted || r.By != api.NodeIdentity(n.Name) || claim.State(n.Labels[claim.Label]) != claim.Holding {
+		return
+	}
+	if prev != nil && claim.State(prev.Labels[claim.Label]) == claim.Holding {
+		return
+	}
+	var was claim.Claim
+	err := errors.New("no claim")
+	if prev != nil {
+		was, err = claim.Parse(prev.Labels[claim.Label], prev.Annotations[claim.Annotation])
+	}
+	if err != nil || was.State != claim.Entering {
+		w.violate("%s took a slot from a claim that was not its entering claim (%s)", n.Name, summaryOf(prev))
+	}
+}
+
+func summaryOf(n *corev1.Node) string {
+	if n == nil {
+		return "no Node"
+	}
+	return summary(n)
 }
 
 // summary is a Node's state as the trace shows it.
