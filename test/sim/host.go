@@ -230,6 +230,12 @@ func (h *Host) die() {
 	h.mu.Unlock()
 }
 
+func (h *Host) isDead() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dead
+}
+
 func setReady(n *corev1.Node, status corev1.ConditionStatus) {
 	for i, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {

@@ -544,7 +544,15 @@ func (w *World) finalChecks(done bool) {
 	// audit's own release and reboot checks do not apply here.
 	h := w.audit()
 	seen := map[string]bool{}
-	checks := slices.Concat(h.CheckCommits(), h.CheckPublishedLimits(), h.CheckNotLeftCordoned())
+	// A machine dead for good keeps its cordon: nothing runs there to
+	// undo it, and nothing should be scheduled on it.
+	var cordons []audit.Violation
+	for _, v := range h.CheckNotLeftCordoned() {
+		if d := w.host(v.Node); d == nil || !d.isDead() {
+			cordons = append(cordons, v)
+		}
+	}
+	checks := slices.Concat(h.CheckCommits(), h.CheckPublishedLimits(), cordons)
 	if !w.o.Mixed {
 		// One configuration: its limits hold at every revision.
 		checks = append(checks, h.CheckLimits(w.strictest())...)
