@@ -205,6 +205,10 @@ func (w *World) Run(parent context.Context) Result {
 	}
 	w.store.EndWatches("")
 	w.wg.Wait()
+	// A drain that ended by its time-out or its context leaves kubectl's
+	// eviction goroutines asleep for up to the retry delay (5 s); they
+	// see the cancellation then and exit. A bubble must end with none.
+	time.Sleep(6 * time.Second)
 	w.clients.SeverAll()
 	w.finalChecks(done)
 	w.mu.Lock()
