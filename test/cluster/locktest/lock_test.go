@@ -718,3 +718,57 @@ func TestObserveSavesTheConflict(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestFarBackTakesAFreedSlot (L3): zone a is held for a minute by a0 with
+// twenty more of its nodes waiting behind it; b0 holds zone b for 8 s; b1,
+// of zone b, joins last, far back in the queue (more than the window of
+// 16 nodes ahead), its mark stuck in zone a's queue. When b0 is done, b1
+// may go: it takes the slot within two polls of the active claims
+// (2·15 s, docs/claims.md "No idle slot"), not at its next read of the
+// queue a minute later.
+func TestFarBackTakesAFreedSlot(t *testing.T) {
+	ctx := ctxFor(t, 4*time.Minute)
+	specs := []hostSpec{
+		{name: "far-a0", zone: "zone-a", limits: limits(3, 1), hold: time.Minute},
+		{name: "far-b0", zone: "zone-b", limits: limits(3, 1), hold: 8 * time.Second},
+		{name: "far-b1", zone: "zone-b", limits: limits(3, 1), hold: 200 * time.Millisecond},
+	}
+	for i := range 20 {
+		specs = append(specs, hostSpec{name: fmt.Sprintf("far-a%02d", i+1), zone: "zone-a", limits: limits(3, 1), hold: 200 * time.Millisecond})
+	}
+	f := newFleet(t, ctx, specs)
+	for _, name := range []string{"far-a0", "far-b0"} {
+		if err := f.host(name).SetRebootRequired(true); err != nil {
+			t.Fatal(err)
+		}
+		waitHolding(t, ctx, name, true)
+	}
+	for i := range 20 {
+		if err := f.host(fmt.Sprintf("far-a%02d", i+1)).SetRebootRequired(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cluster.WaitFor(t, ctx, "zone a's twenty waiting", 50*time.Millisecond, func() bool {
+		list, err := cp.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: claim.Label + "=" + string(claim.Waiting)})
+		return err == nil && len(list.Items) == 20
+	})
+	if err := f.host("far-b1").SetRebootRequired(true); err != nil {
+		t.Fatal(err)
+	}
+	f.waitDone(ctx, f.hosts, 2)
+	f.check(ctx, limits(3, 1))
+	var b0, b1 cluster.Acquisition
+	for _, a := range f.a.Acquisitions() {
+		switch a.Node {
+		case "far-b0":
+			b0 = a
+		case "far-b1":
+			b1 = a
+		}
+	}
+	gap := b1.Held.Seen.Sub(b0.Released.Seen)
+	t.Logf("far-b1 took the slot %s after far-b0 gave it back", gap.Round(time.Millisecond))
+	if gap > 35*time.Second {
+		t.Errorf("far-b1 took the freed slot %s after it was freed, more than two polls (30 s) and a margin", gap.Round(time.Second))
+	}
+}
