@@ -112,7 +112,7 @@ func claimants(snap []Participant, now time.Time, ttl time.Duration) claimed {
 		}
 	}
 	for _, p := range snap {
-		if p.active(now, ttl) || p.Claim.State != Waiting || p.Err != nil {
+		if p.active(now, ttl) || !WaitingLimitsBind(p) {
 			continue
 		}
 		set(domain{}, p.Claim.Limits.Concurrency)
@@ -126,6 +126,15 @@ func claimants(snap []Participant, now time.Time, ttl time.Duration) claimed {
 		}
 	}
 	return c
+}
+
+// WaitingLimitsBind reports whether p is a waiting claimant whose limits
+// bind every node: a claim that parses, or one that is not believed
+// (Plausible), whose fail-safe content binds concurrency 1, so that
+// distrusting a claim never makes a node less strict than believing it
+// would. A waiting claim that cannot be read publishes nothing readable.
+func WaitingLimitsBind(p Participant) bool {
+	return p.Claim.State == Waiting && (p.Err == nil || errors.Is(p.Err, ErrImplausible))
 }
 
 // bind is the smaller of lim (ok: set) and the claimants' limit in d.
@@ -373,8 +382,12 @@ func Alarms(snap []Participant, now time.Time, holdAge, enterAge time.Duration) 
 		}
 		switch {
 		case p.Err != nil && p.Claim.State == Waiting:
+			binds := ""
+			if WaitingLimitsBind(p) {
+				binds = ", and every node keeps to concurrency 1 while it waits"
+			}
 			out = append(out, Alarm{Node: p.Name, State: p.Claim.State, Unreadable: true, What: fmt.Sprintf(
-				"%s (%v); its label says waiting, so the node is left out of the queue until the claim is fixed or removed", unreadable, p.Err)})
+				"%s (%v); its label says waiting, so the node is left out of the queue%s, until the claim is fixed or removed", unreadable, p.Err, binds)})
 		case p.Err != nil:
 			out = append(out, Alarm{Node: p.Name, State: p.Claim.State, Unreadable: true, What: fmt.Sprintf(
 				"%s (%v); it counts as holding a slot until it is fixed or removed", unreadable, p.Err)})

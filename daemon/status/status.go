@@ -360,7 +360,7 @@ func (s *snap) limitFor(label string, members []claim.Participant) (int, From) {
 		if p.Err != nil {
 			c.src.State = StateUnreadable
 		}
-		if p.Active(s.now, s.ttl) || (p.Claim.State == claim.Waiting && p.Err == nil) {
+		if p.Active(s.now, s.ttl) || claim.WaitingLimitsBind(p) {
 			active = append(active, c)
 		}
 	}
