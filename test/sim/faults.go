@@ -168,16 +168,18 @@ func (w *World) interpose(n int) {
 
 // adminEdit is something an admin does to a claim by hand: remove it,
 // change its label alone, or leave an annotation this build cannot read
-// (garbage, a future version). A claim the daemons cannot read counts as
-// holding until it is fixed: the admin removes it again a while later,
-// as the UnreadableClaim alarm says to.
+// (garbage, a future version), or forge its times an hour ahead (as a
+// compromised node would, to hold a slot with no alarm). A claim the
+// daemons cannot read or do not believe counts as holding until it is
+// fixed: the admin removes it again a while later, as the UnreadableClaim
+// alarm says to.
 func (w *World) adminEdit() {
 	h := w.randomHost()
 	n := w.store.Node(h.Name)
 	if n == nil || n.Labels[claim.Label] == "" {
 		return
 	}
-	edit := w.intn(4)
+	edit := w.intn(5)
 	var what string
 	err := w.store.UpdateNode(h.Name, api.Admin, func(n *corev1.Node) {
 		switch edit {
@@ -196,9 +198,22 @@ func (w *World) adminEdit() {
 		case 3:
 			what = "writes a claim of a future version"
 			n.Annotations[claim.Annotation] = `{"v":2,"state":"holding"}`
+		case 4:
+			c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation])
+			if err != nil {
+				return
+			}
+			c.Updated = time.Now().Add(time.Hour)
+			if c.Acquired != nil {
+				c.Acquired = &c.Updated
+			}
+			if s, err := c.Marshal(); err == nil {
+				what = "forges the claim's times an hour ahead"
+				n.Annotations[claim.Annotation] = s
+			}
 		}
 	})
-	if err != nil {
+	if err != nil || what == "" {
 		return
 	}
 	w.tracef(h.Name, "the admin %s (fault)", what)
@@ -206,11 +221,13 @@ func (w *World) adminEdit() {
 		return
 	}
 	// A claim left unreadable (a label that disagrees with its annotation,
-	// garbage, a future version) raises an alarm; the admin removes it.
+	// garbage, a future version) or not believed (times ahead) raises an
+	// alarm; the admin removes it.
 	fixed := false
 	_ = w.store.UpdateNode(h.Name, api.Admin, func(n *corev1.Node) {
 		lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]
-		if _, err := claim.Parse(lv, ann); err != nil && (lv != "" || ann != "") {
+		c, err := claim.Parse(lv, ann)
+		if (err != nil && (lv != "" || ann != "")) || (err == nil && c.Updated.After(time.Now().Add(time.Minute))) {
 			delete(n.Labels, claim.Label)
 			delete(n.Annotations, claim.Annotation)
 			fixed = true
