@@ -1,0 +1,251 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+)
+
+// Join puts the node in the queue (waiting). The queue order comes from the
+// API server's clock.
+func (l *Lock) Join(ctx context.Context) error {
+	for {
+		cur := l.current()
+		if cur.state != "" {
+			return nil
+		}
+		c := claim.Claim{Since: l.o.ServerNow().UTC().Truncate(time.Millisecond), Limits: l.o.Limits, Groups: groupValues(cur.labels, l.o.Limits.Groups)}
+		_, err := l.write(ctx, claim.Waiting, c)
+		if err == nil {
+			l.log.Info("joined the queue for a reboot slot")
+			return nil
+		}
+		if err := l.reread(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// Acquire takes a slot: from waiting it waits until eligible and
+// announces; from entering it verifies, then commits, stays entering or
+// steps back. It returns the holding claim, ErrNotJoined if there is no
+// claim, or ErrLost if the claim disappeared.
+func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
+	backoff := 200 * time.Millisecond
+	var stayingSince time.Time
+	for {
+		cur := l.current()
+		if cur.err != nil {
+			// Never announce or commit on a claim this daemon cannot
+			// read (an admin's edit): the cycle decides what to do.
+			return claim.Claim{}, fmt.Errorf("%w: %v", ErrLost, cur.err)
+		}
+		switch cur.state {
+		case "":
+			return claim.Claim{}, ErrNotJoined
+		case claim.Holding:
+			l.stopWatch()
+			l.setStatus(Status{State: claim.Holding, Position: -1})
+			return cur.claim, nil
+		case claim.Waiting:
+			stayingSince = time.Time{}
+			if err := l.waitEligible(ctx); err != nil {
+				return claim.Claim{}, err
+			}
+			if err := l.announce(ctx); err != nil {
+				return claim.Claim{}, err
+			}
+		case claim.Entering:
+			v, err := l.verify(ctx)
+			if err != nil {
+				return claim.Claim{}, err
+			}
+			switch v.Decision {
+			case claim.Commit:
+				if err := l.commit(ctx); err != nil {
+					return claim.Claim{}, err
+				}
+				backoff = 200 * time.Millisecond
+			case claim.Stay:
+				if stayingSince.IsZero() {
+					stayingSince = l.o.Now()
+				}
+				// Entering claims behind this one step back when they
+				// verify; if they stay, their daemons are gone, and they
+				// keep their units, so give way.
+				if l.o.Now().Sub(stayingSince) > 5*time.Second {
+					if err := l.stepBack(ctx, v.Reason+"; they have not stepped back"); err != nil {
+						return claim.Claim{}, err
+					}
+					continue
+				}
+				l.setStatus(Status{State: claim.Entering, Position: -1, Reason: v.Reason})
+				if err := l.waitChange(ctx, l.jitter(250*time.Millisecond)); err != nil {
+					return claim.Claim{}, err
+				}
+			case claim.StepBack:
+				if err := l.stepBack(ctx, v.Reason); err != nil {
+					return claim.Claim{}, err
+				}
+				if err := sleep(ctx, l.jitter(backoff)); err != nil {
+					return claim.Claim{}, err
+				}
+				backoff = min(2*backoff, 5*time.Second)
+			}
+		default:
+			return claim.Claim{}, fmt.Errorf("own claim is in state %q, which this daemon does not write: %w", cur.state, ErrLost)
+		}
+	}
+}
+
+// published is what this node publishes when announcing: the stricter of
+// its configuration and what its claim published before (a restarted
+// daemon with a laxer configuration keeps its published limits until it
+// releases).
+func (l *Lock) published(prev claim.Limits) claim.Limits {
+	out := claim.Limits{Concurrency: l.o.Limits.Concurrency, Groups: slices.Clone(l.o.Limits.Groups)}
+	if prev.Concurrency > 0 && prev.Concurrency < out.Concurrency {
+		out.Concurrency = prev.Concurrency
+	}
+	for _, g := range prev.Groups {
+		i := slices.IndexFunc(out.Groups, func(o claim.GroupLimit) bool { return o.Label == g.Label })
+		switch {
+		case i < 0:
+			out.Groups = append(out.Groups, g)
+		case g.Max < out.Groups[i].Max:
+			out.Groups[i].Max = g.Max
+		}
+	}
+	return out
+}
+
+// groupValues are the node's values of the labels the rules name.
+func groupValues(labels map[string]string, rules []claim.GroupLimit) map[string]string {
+	vs := map[string]string{}
+	for _, g := range rules {
+		if v, ok := labels[g.Label]; ok {
+			vs[g.Label] = v
+		}
+	}
+	return vs
+}
+
+// announce writes entering, freezing the published limits and the node's
+// group label values.
+func (l *Lock) announce(ctx context.Context) error {
+	for {
+		cur := l.current()
+		if cur.state != claim.Waiting {
+			return nil
+		}
+		c := cur.claim
+		c.Limits = l.published(c.Limits)
+		c.Groups = groupValues(cur.labels, c.Limits.Groups)
+		_, err := l.write(ctx, claim.Entering, c)
+		if err == nil {
+			l.log.Info("eligible: announcing (entering)")
+			return nil
+		}
+		if err := l.reread(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// verify reads a consistent snapshot (a List served from etcd's current
+// revision, never a cache) and decides. It also checks that the claim in
+// that snapshot is still the one this daemon announced.
+func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
+	cur := l.current()
+	if want := l.published(cur.claim.Limits); !limitsEqual(want, cur.claim.Limits) {
+		// The configuration got stricter since the announce (a restart
+		// with a new config): announce the stricter limits before
+		// verifying against them.
+		c := cur.claim
+		c.Limits = want
+		if _, err := l.write(ctx, claim.Entering, c); err != nil {
+			return claim.Verdict{Decision: claim.Stay}, l.reread(ctx, err)
+		}
+		cur = l.current()
+	}
+	nodes, err := l.listClaimed(ctx, "")
+	if err != nil {
+		return claim.Verdict{}, fmt.Errorf("verify: %w", err)
+	}
+	var self *corev1.Node
+	for _, n := range nodes {
+		if n.Name == l.o.Node {
+			self = n
+		}
+	}
+	if self == nil || self.UID != cur.uid || self.Labels[claim.Label] != string(claim.Entering) ||
+		self.Annotations[claim.Annotation] != mustMarshal(cur.claim) {
+		// Not the entering claim we announced, label and annotation (an
+		// admin may have edited the label alone): never commit on it;
+		// decide from what is really there.
+		l.log.Warn("own claim changed under this daemon; reading it again")
+		if err := l.reread(ctx, errConflict); err != nil {
+			return claim.Verdict{}, err
+		}
+		return claim.Verdict{Decision: claim.Stay}, nil
+	}
+	l.mu.Lock()
+	l.own.rv = self.ResourceVersion
+	l.mu.Unlock()
+	ps := l.distrust(l.claims.participants(nodes))
+	var me claim.Participant
+	for _, p := range ps {
+		if p.Name == l.o.Node {
+			me = p
+		}
+	}
+	now, server := l.o.Now(), l.o.ServerNow()
+	l.raiseAlarms(ctx, ps, server)
+	v := claim.Verify(me, l.o.Limits, ps, server, l.o.TTL)
+	if v.Decision != claim.StepBack {
+		// Fairness: a node that announced from a stale view gives way to
+		// a waiting node whose turn it is. Stepping back is always safe.
+		if yield, why := claim.Yield(me, ps, server, l.o.TTL, l.silent(now)); yield {
+			return claim.Verdict{Decision: claim.StepBack, Reason: why}, nil
+		}
+	}
+	return v, nil
+}
+
+func limitsEqual(a, b claim.Limits) bool {
+	return a.Concurrency == b.Concurrency && slices.Equal(a.Groups, b.Groups)
+}
+
+// commit writes holding, with the boot ID of this boot, conditional on the
+// Node being as the verify read it.
+func (l *Lock) commit(ctx context.Context) error {
+	cur := l.current()
+	boot, err := l.o.BootID()
+	if err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	c := cur.claim
+	now := l.o.ServerNow().UTC().Truncate(time.Millisecond)
+	c.Acquired, c.BootID, c.Phase = &now, boot, claim.PhaseAcquired
+	if _, err := l.write(ctx, claim.Holding, c); err != nil {
+		return l.reread(ctx, err)
+	}
+	l.log.Info("took a reboot slot (holding)")
+	return nil
+}
+
+// stepBack returns to waiting, keeping the place in the queue.
+func (l *Lock) stepBack(ctx context.Context, reason string) error {
+	cur := l.current()
+	l.log.Info("stepping back to waiting", "reason", reason)
+	if _, err := l.write(ctx, claim.Waiting, cur.claim); err != nil {
+		return l.reread(ctx, err)
+	}
+	l.setStatus(Status{State: claim.Waiting, Position: -1, Reason: reason})
+	return nil
+}

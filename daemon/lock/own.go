@@ -1,0 +1,266 @@
+package lock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+)
+
+// ownClaim is the node's claim as this daemon last read or wrote it.
+type ownClaim struct {
+	uid         types.UID
+	rv          string
+	state       claim.State // "" for none
+	claim       claim.Claim
+	err         error // why the claim cannot be read; nil if it can
+	labels      map[string]string
+	annotations map[string]string
+}
+
+// Own reads the node's claim with a consistent GET (never a cache) and
+// remembers it as the base of the next conditional write.
+func (l *Lock) Own(ctx context.Context) (claim.Claim, claim.State, error) {
+	n, err := l.o.Client.CoreV1().Nodes().Get(ctx, l.o.Node, metav1.GetOptions{})
+	if err != nil {
+		return claim.Claim{}, "", fmt.Errorf("read own node %s: %w", l.o.Node, err)
+	}
+	return l.remember(n)
+}
+
+func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
+	o := ownClaim{uid: n.UID, rv: n.ResourceVersion, labels: n.Labels, annotations: n.Annotations}
+	var err error
+	if lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]; lv != "" || ann != "" {
+		o.claim, err = claim.Parse(lv, ann)
+		o.state = claim.State(lv)
+		if err != nil {
+			err = fmt.Errorf("own claim on %s: %w", l.o.Node, err)
+		}
+	}
+	o.err = err
+	l.mu.Lock()
+	l.own = o
+	l.mu.Unlock()
+	return o.claim, o.state, err
+}
+
+// Observe takes a Node this daemon has just written by another way (the
+// answer to its cordon or uncordon) as the base of its next conditional
+// write. The answer is the Node as the API server stored it, as current
+// as a GET, so the claim write that follows does not meet the conflict,
+// re-read and retry it would otherwise cost. A Node recreated since is
+// left for the next write to find.
+func (l *Lock) Observe(n *corev1.Node) {
+	if n == nil || n.Name != l.o.Node {
+		return
+	}
+	if cur := l.current(); cur.uid != "" && n.UID != cur.uid {
+		return
+	}
+	// A claim someone broke is remembered as is, as Own does; the next
+	// write reports it.
+	_, _, _ = l.remember(n)
+}
+
+// Known returns the claim as this daemon last read or wrote it, without a
+// request.
+func (l *Lock) Known() (claim.Claim, claim.State) {
+	cur := l.current()
+	return cur.claim, cur.state
+}
+
+// Unreadable says why the own claim, as last read or written, cannot be
+// read (claim.ErrUnparsable); nil when it can, or when there is none.
+func (l *Lock) Unreadable() error { return l.current().err }
+
+// Annotation is an annotation of the own Node as last read or written
+// ("" when absent), without a request.
+func (l *Lock) Annotation(key string) string { return l.current().annotations[key] }
+
+func (l *Lock) current() ownClaim {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.own
+}
+
+// errConflict: the Node changed since this daemon read it.
+var errConflict = errors.New("node changed since it was read")
+
+// write replaces the node's claim (state "" removes it), on condition that
+// the Node is still at the resourceVersion this daemon last saw. The label
+// and the annotation change together. An error other than errConflict
+// leaves the outcome unknown: callers re-read with Own.
+func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (claim.Claim, error) {
+	cur := l.current()
+	if state != "" && cur.err != nil {
+		// Built on a claim this daemon cannot read (an admin's edit): what
+		// it would write is a guess. Only a removal is safe.
+		return claim.Claim{}, fmt.Errorf("%w: %v", ErrLost, cur.err)
+	}
+	var label, ann any // nil removes
+	if state != "" {
+		c.State = state
+		// The API server's clock, as this host estimates it: the readers
+		// judge a claim's age by it, each with its own estimate, so a
+		// host clock that is off does not make a claim look older or
+		// younger than it is.
+		c.Updated = l.o.ServerNow().UTC().Truncate(time.Millisecond)
+		s, err := c.Marshal()
+		if err != nil {
+			return claim.Claim{}, err
+		}
+		label, ann = string(state), s
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": cur.rv,
+		"labels":          map[string]any{claim.Label: label},
+		"annotations":     map[string]any{claim.Annotation: ann},
+	}})
+	if err != nil {
+		return claim.Claim{}, err
+	}
+	n, err := l.o.Client.CoreV1().Nodes().Patch(ctx, l.o.Node, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "kured-host"})
+	switch {
+	case apierrors.IsConflict(err):
+		return claim.Claim{}, errConflict
+	case err != nil:
+		return claim.Claim{}, fmt.Errorf("write claim %s on %s: %w", stateName(state), l.o.Node, err)
+	}
+	if n.UID != cur.uid && cur.uid != "" {
+		return claim.Claim{}, fmt.Errorf("%w: node %s was recreated", ErrLost, l.o.Node)
+	}
+	l.mu.Lock()
+	l.failures = 0
+	l.mu.Unlock()
+	got, _, err := l.remember(n)
+	return got, err
+}
+
+func stateName(s claim.State) string {
+	if s == "" {
+		return "removal"
+	}
+	return string(s)
+}
+
+// reread handles a failed write: a conflict or an unknown outcome means
+// reading the claim again and deciding from what is really there.
+func (l *Lock) reread(ctx context.Context, werr error) error {
+	if errors.Is(werr, ErrLost) {
+		return werr
+	}
+	if !errors.Is(werr, errConflict) {
+		l.mu.Lock()
+		l.failures++
+		wait := min(200*time.Millisecond<<min(l.failures-1, 8), 30*time.Second)
+		l.mu.Unlock()
+		l.log.Warn("claim write failed; reading the claim again", "err", werr, "retry_in", wait)
+		if err := sleep(ctx, l.jitter(wait)); err != nil {
+			return err
+		}
+	}
+	_, _, err := l.Own(ctx)
+	if err != nil && !errors.Is(err, claim.ErrUnparsable) {
+		return err
+	}
+	return nil
+}
+
+func mustMarshal(c claim.Claim) string {
+	s, err := c.Marshal()
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+// Update changes the holder's claim (phase, boot ID, ...) with a
+// conditional write; it fails with ErrLost if the claim is no longer this
+// node's holding claim.
+func (l *Lock) Update(ctx context.Context, change func(*claim.Claim)) (claim.Claim, error) {
+	for {
+		cur := l.current()
+		if cur.state != claim.Holding {
+			return claim.Claim{}, fmt.Errorf("update claim: it is %q: %w", stateName(cur.state), ErrLost)
+		}
+		c := cur.claim
+		change(&c)
+		got, err := l.write(ctx, claim.Holding, c)
+		if err == nil {
+			return got, nil
+		}
+		if err := l.reread(ctx, err); err != nil {
+			return claim.Claim{}, err
+		}
+	}
+}
+
+// Confirm checks with a consistent GET that the node still holds its slot
+// (same Node object, claim holding) before a disruptive step.
+func (l *Lock) Confirm(ctx context.Context) (claim.Claim, error) {
+	before := l.current()
+	c, state, err := l.Own(ctx)
+	if err != nil {
+		return claim.Claim{}, err
+	}
+	after := l.current()
+	if state != claim.Holding || (before.uid != "" && after.uid != before.uid) {
+		return claim.Claim{}, fmt.Errorf("confirm slot: the claim is %q: %w", stateName(state), ErrLost)
+	}
+	return c, nil
+}
+
+// Release removes the claim (label and annotation together), from any
+// state: after the reboot, or to leave the queue.
+func (l *Lock) Release(ctx context.Context) error {
+	for {
+		cur := l.current()
+		if cur.state == "" {
+			return nil
+		}
+		_, err := l.write(ctx, "", claim.Claim{})
+		if err == nil {
+			l.stopWatch()
+			l.log.Info("released the claim", "was", string(cur.state))
+			l.setStatus(Status{Position: -1})
+			return nil
+		}
+		if err := l.reread(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// ReleaseAfter keeps the slot for the release delay, then releases. The
+// end of the delay is written into the claim first, so that a restarted
+// daemon waits only what is left rather than starting over or cutting it
+// short.
+func (l *Lock) ReleaseAfter(ctx context.Context, delay time.Duration) error {
+	c, state := l.Known()
+	if state == claim.Holding && delay > 0 {
+		if c.ReleaseAt == nil {
+			end := l.o.Now().Add(delay).UTC().Truncate(time.Millisecond)
+			var err error
+			c, err = l.Update(ctx, func(c *claim.Claim) { c.Phase, c.ReleaseAt = claim.PhaseReleasing, &end })
+			if err != nil {
+				return err
+			}
+		}
+		if wait := c.ReleaseAt.Sub(l.o.Now()); wait > 0 {
+			l.log.Info("holding the slot for the release delay", "left", wait.Round(time.Second))
+			if err := sleep(ctx, wait); err != nil {
+				return err
+			}
+		}
+	}
+	return l.Release(ctx)
+}

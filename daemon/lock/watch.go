@@ -1,0 +1,202 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+)
+
+// nodeWatch is an informer on the claimed nodes (label selector).
+type nodeWatch struct {
+	lister corelisters.NodeLister
+	stop   func()
+	inf    cache.SharedIndexInformer
+	// brokenAt is the informer's resourceVersion when its watch last
+	// failed ("" when it has not): until it moves on, the cache may be
+	// behind by the length of an outage and client-go's back-off.
+	mu       sync.Mutex
+	broken   bool
+	brokenAt string
+}
+
+// stale reports whether the watch failed and has not caught up since.
+func (w *nodeWatch) stale() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.broken && w.inf.LastSyncResourceVersion() != w.brokenAt {
+		w.broken = false
+	}
+	return w.broken
+}
+
+// ensureWatch starts the watch of the claimed nodes if it is not running,
+// and returns once its cache is filled.
+func (l *Lock) ensureWatch(ctx context.Context) error {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if l.watch != nil {
+		return nil
+	}
+	base := l.base
+	if base == nil {
+		base = ctx
+	}
+	wctx, cancel := context.WithCancel(base)
+	// One informer on Nodes, not a SharedInformerFactory, which would
+	// link every API group's informers into the binary.
+	nodes := l.o.Client.CoreV1().Nodes()
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = claim.Label
+			return nodes.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = claim.Label
+			return nodes.Watch(ctx, o)
+		},
+	}, &corev1.Node{}, 0, cache.Indexers{})
+	if err := inf.SetTransform(slim); err != nil {
+		cancel()
+		return fmt.Errorf("watch claimed nodes: %w", err)
+	}
+	nw := &nodeWatch{lister: corelisters.NewNodeLister(inf.GetIndexer()), inf: inf}
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		nw.mu.Lock()
+		nw.broken, nw.brokenAt = true, inf.LastSyncResourceVersion()
+		nw.mu.Unlock()
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}); err != nil {
+		cancel()
+		return fmt.Errorf("watch claimed nodes: %w", err)
+	}
+	notify := func(any) { l.poke() }
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: notify, DeleteFunc: notify,
+		UpdateFunc: func(o, n any) {
+			// The kubelet's status reports change nothing the queue
+			// reads: wake only for a claim or readiness that changed.
+			if on, ok := o.(*corev1.Node); ok {
+				if nn, ok := n.(*corev1.Node); ok && sameForQueue(on, nn) {
+					return
+				}
+			}
+			notify(n)
+		},
+	}); err != nil {
+		cancel()
+		return fmt.Errorf("watch claimed nodes: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inf.RunWithContext(wctx)
+	}()
+	stop := func() {
+		cancel()
+		<-done
+	}
+	synced := make(chan struct{})
+	go func() {
+		defer close(synced)
+		cache.WaitForCacheSync(wctx.Done(), inf.HasSynced)
+	}()
+	select {
+	case <-synced:
+	case <-ctx.Done():
+		stop()
+		return context.Cause(ctx)
+	}
+	if wctx.Err() != nil {
+		stop()
+		return fmt.Errorf("watch claimed nodes: %w", context.Cause(wctx))
+	}
+	nw.stop = stop
+	l.watch = nw
+	l.log.Debug("watching the claimed nodes")
+	return nil
+}
+
+// slim keeps of a watched Node what the queue reads (name, labels,
+// annotations, the Ready condition): a real Node's status (its images,
+// above all) and managed fields would take most of the cache.
+func slim(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	meta := n.ObjectMeta
+	meta.ManagedFields = nil // before the copy: they are most of it
+	var ready corev1.ConditionStatus
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = c.Status
+		}
+	}
+	return queueNode(*meta.DeepCopy(), ready), nil
+}
+
+// queueNode is a Node as the queue reads it: metadata, and the Ready
+// condition if its status is known ("" leaves it out).
+func queueNode(meta metav1.ObjectMeta, ready corev1.ConditionStatus) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: meta}
+	if ready != "" {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}
+	}
+	return n
+}
+
+// sameForQueue reports whether an update changed nothing the queue reads:
+// the claim, the labels (state and groups) and readiness.
+func sameForQueue(a, b *corev1.Node) bool {
+	return a.Annotations[claim.Annotation] == b.Annotations[claim.Annotation] &&
+		nodeReady(a) == nodeReady(b) && maps.Equal(a.Labels, b.Labels)
+}
+
+// stopWatch ends the watch, if any.
+func (l *Lock) stopWatch() {
+	l.watchMu.Lock()
+	w := l.watch
+	l.watch = nil
+	l.watchMu.Unlock()
+	if w != nil {
+		w.stop()
+		l.log.Debug("stopped watching the claimed nodes")
+	}
+}
+
+func (l *Lock) watching() *nodeWatch {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	return l.watch
+}
+
+func (l *Lock) poke() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// waitChange waits for a change to a claimed node, or at most d.
+func (l *Lock) waitChange(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-l.changed:
+	case <-t.C:
+	}
+	return nil
+}
