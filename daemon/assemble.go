@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
+	"github.com/kured-host/kured-host/daemon/alarm"
 	"github.com/kured-host/kured-host/daemon/block"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/drain"
@@ -64,7 +65,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 		}
 	}
 	log.Info("connected", "kubeconfig", kc.Path, "found_by", kc.How, "server", rest.Host, "node", node)
-	if err := lock.CheckAccess(ctx, client); err != nil {
+	if err := kube.CheckAccess(ctx, client); err != nil {
 		return nil, err
 	}
 	m := metrics.New()
@@ -76,11 +77,11 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 	logind := &host.BusLogind{Address: s.BusAddress}
 	tolerance, _ := cfg.Lock.ClockTolerance()
 	l := lock.New(lock.Options{
-		Client: client, Metadata: meta, Node: node, Limits: lock.LimitsFrom(cfg.Lock),
+		Client: client, Metadata: meta, Node: node, Limits: cfg.Lock.Limits(),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		ServerNow: clock.Now, ClockTolerance: tolerance, BootID: s.Root.BootID, Log: log,
-		Alarms: &lock.Report{Events: &events.Recorder{Client: client, Host: node}, Metrics: m, Log: log},
+		Alarms: &alarm.Report{Events: &events.Recorder{Client: client, Host: node}, Metrics: m, Log: log},
 	})
 	evictions, err := drain.EvictionClient(rest)
 	if err != nil {

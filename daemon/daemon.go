@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kured-host/kured-host/daemon/alarm"
 	"github.com/kured-host/kured-host/daemon/block"
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
@@ -358,7 +359,7 @@ func derefTime(t *time.Time) time.Time {
 func (d *Daemon) unreadable(ctx context.Context, log *slog.Logger, state claim.State, why error) error {
 	if state == claim.Waiting || state == claim.Entering {
 		log.Warn("own claim cannot be read; removing it and starting over", "state", string(state), "err", why)
-		d.event(ctx, log, "Warning", lock.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it was "+string(state)+", so it was removed and the node starts over")
+		d.event(ctx, log, "Warning", alarm.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it was "+string(state)+", so it was removed and the node starts over")
 		return d.Lock.Release(ctx)
 	}
 	d.state("unreadable")
@@ -368,7 +369,7 @@ func (d *Daemon) unreadable(ctx context.Context, log *slog.Logger, state claim.S
 	d.mu.Unlock()
 	if !same {
 		log.Error("own claim cannot be read; leaving it alone (no release, no uncordon) until an admin fixes or removes it", "state", string(state), "err", why)
-		d.event(ctx, log, "Warning", lock.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it counts as holding a reboot slot. kured-host leaves it alone: fix or remove it (kubectl label/annotate node "+d.Node+" "+claim.Label+"-)")
+		d.event(ctx, log, "Warning", alarm.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it counts as holding a reboot slot. kured-host leaves it alone: fix or remove it (kubectl label/annotate node "+d.Node+" "+claim.Label+"-)")
 	}
 	d.setStatus(status)
 	if err := d.waitChange(ctx, d.recheck()); err != nil {

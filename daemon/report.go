@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/kured-host/kured-host/daemon/alarm"
 	"github.com/kured-host/kured-host/daemon/block"
-	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/daemon/notify"
 )
 
@@ -51,9 +51,9 @@ var Reasons = []struct{ Reason, Type, When string }{
 	{ReasonUncordoned, "Normal", "uncordoned (only when kured-host cordoned it)"},
 	{ReasonSlotReleased, "Normal", "the slot is free for the next node"},
 	{ReasonSlotLost, "Warning", "someone else removed or changed the claim before the reboot; the node is put back and starts over"},
-	{lock.ReasonHolderAlarm, "Warning", "another node has held a slot longer than lock.alarm_age (recorded once per holder)"},
-	{lock.ReasonEnteringAlarm, "Warning", "another node has been taking a slot longer than lock.entering_alarm_age"},
-	{lock.ReasonUnreadableClaim, "Warning", "a claim cannot be read, or is not believed (a time in the future, a recorded group its Node's labels contradict: docs/claims.md); it counts as holding a slot, with concurrency 1, until fixed or removed"},
+	{alarm.ReasonHolderAlarm, "Warning", "another node has held a slot longer than lock.alarm_age (recorded once per holder)"},
+	{alarm.ReasonEnteringAlarm, "Warning", "another node has been taking a slot longer than lock.entering_alarm_age"},
+	{alarm.ReasonUnreadableClaim, "Warning", "a claim cannot be read, or is not believed (a time in the future, a recorded group its Node's labels contradict: docs/claims.md); it counts as holding a slot, with concurrency 1, until fixed or removed"},
 }
 
 // Marker sets kured's signals on this node's Node (daemon/marks).

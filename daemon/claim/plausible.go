@@ -126,3 +126,18 @@ func quoted(s string) string {
 	}
 	return s
 }
+
+// ClockTolerance is the tolerance that follows from the lock's ages (the
+// rule config.LockConfig.ClockTolerance states): half the smallest of the
+// entering alarm age, the holder alarm age and the TTL, those that are on;
+// from says which, for messages ("half of lock.ttl (4m0s)").
+func ClockTolerance(enteringAlarmAge, alarmAge, ttl time.Duration) (tolerance time.Duration, from string) {
+	smallest, why := enteringAlarmAge, "lock.entering_alarm_age"
+	if alarmAge > 0 && (alarmAge < smallest || smallest <= 0) {
+		smallest, why = alarmAge, "lock.alarm_age"
+	}
+	if ttl > 0 && (ttl <= smallest || smallest <= 0) {
+		smallest, why = ttl, "lock.ttl"
+	}
+	return smallest / 2, fmt.Sprintf("half of %s (%s)", why, smallest)
+}

@@ -1,8 +1,9 @@
 package config
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/kured-host/kured-host/daemon/claim"
 )
 
 // ClockTolerance is the stated clock tolerance: how far a host's clock may
@@ -19,12 +20,5 @@ import (
 // claim of another node with a time further than this in the future
 // (docs/claims.md).
 func (l LockConfig) ClockTolerance() (tolerance time.Duration, from string) {
-	smallest, why := l.EnteringAlarmAge.Std(), "lock.entering_alarm_age"
-	if a := l.AlarmAge.Std(); a > 0 && (a < smallest || smallest <= 0) {
-		smallest, why = a, "lock.alarm_age"
-	}
-	if t := l.TTL.Std(); t > 0 && (t <= smallest || smallest <= 0) {
-		smallest, why = t, "lock.ttl"
-	}
-	return smallest / 2, fmt.Sprintf("half of %s (%s)", why, smallest)
+	return claim.ClockTolerance(l.EnteringAlarmAge.Std(), l.AlarmAge.Std(), l.TTL.Std())
 }

@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/kured-host/kured-host/daemon/claim"
-	"github.com/kured-host/kured-host/daemon/config"
 )
 
 // Errors callers act on.
@@ -56,7 +55,7 @@ type Options struct {
 	// its readers judge them by (their age, the TTL, plausibility).
 	ServerNow func() time.Time
 	// ClockTolerance is the stated clock tolerance
-	// (config.LockConfig.ClockTolerance): another node's claim with a
+	// (claim.ClockTolerance): another node's claim with a
 	// time further than this ahead of ServerNow, or, while active, with a
 	// recorded group its Node's labels contradict, is not believed: it
 	// counts as an unreadable claim (claim.Plausible). 0 derives it from
@@ -112,9 +111,7 @@ func New(o Options) *Lock {
 		o.ServerNow = o.Now
 	}
 	if o.ClockTolerance <= 0 {
-		o.ClockTolerance, _ = config.LockConfig{
-			AlarmAge: config.Duration(o.AlarmAge), EnteringAlarmAge: config.Duration(o.EnteringAlarmAge), TTL: config.Duration(o.TTL),
-		}.ClockTolerance()
+		o.ClockTolerance, _ = claim.ClockTolerance(o.EnteringAlarmAge, o.AlarmAge, o.TTL)
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -169,14 +166,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// LimitsFrom turns the configuration's lock section into the limits a
-// node publishes.
-func LimitsFrom(cfg config.LockConfig) claim.Limits {
-	l := claim.Limits{Concurrency: cfg.Concurrency}
-	for _, g := range cfg.Groups {
-		l.Groups = append(l.Groups, claim.GroupLimit{Label: g.Label, Max: g.Max})
-	}
-	return l
 }

@@ -19,14 +19,6 @@ import (
 // The protocol itself is tested on a real API server in
 // test/cluster/locktest; these are its pure helpers.
 
-func TestLimitsFrom(t *testing.T) {
-	got := LimitsFrom(config.Default().Lock)
-	want := claim.Limits{Concurrency: 1, Groups: []claim.GroupLimit{{Label: config.ZoneLabel, Max: 1}}}
-	if got.Concurrency != want.Concurrency || !slices.Equal(got.Groups, want.Groups) {
-		t.Errorf("got %+v, want %+v", got, want)
-	}
-}
-
 func TestPublishedIsTheStricter(t *testing.T) {
 	tests := []struct {
 		name      string

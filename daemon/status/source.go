@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/kube"
 )
 
 // Source reads snapshots from the API server.
@@ -26,7 +26,7 @@ type Source struct {
 
 // Read lists every Node in one consistent List (served at etcd's current
 // revision, not from a cache) and reports on it. When the credentials may
-// not list Nodes, the error wraps lock.ErrNoNodeRead and says what to do.
+// not list Nodes, the error wraps kube.ErrNoNodeRead and says what to do.
 func (s *Source) Read(ctx context.Context) (Report, error) {
 	r, _, err := s.read(ctx)
 	return r, err
@@ -112,7 +112,7 @@ func (s *Source) waitChange(ctx context.Context, rv string, interval time.Durati
 
 func (s *Source) forbidden(ctx context.Context, cause error) error {
 	user, groups := WhoAmI(ctx, s.Client)
-	missing, err := lock.MissingAccess(ctx, s.Client)
+	missing, err := kube.MissingAccess(ctx, s.Client)
 	if err != nil || len(missing) == 0 {
 		missing = []string{"list"}
 	}
@@ -132,7 +132,7 @@ func WhoAmI(ctx context.Context, client kubernetes.Interface) (string, []string)
 // AccessError says that user (in groups) may not do the missing verbs on
 // Nodes, and what to do about it: a node's identity needs kured-host's
 // role (`kured-host rbac`), anyone else a kubeconfig that may read Nodes.
-// It wraps lock.ErrNoNodeRead.
+// It wraps kube.ErrNoNodeRead.
 func AccessError(user string, groups, missing []string, cause error) error {
 	who := "these credentials"
 	if user != "" {
@@ -147,5 +147,5 @@ func AccessError(user string, groups, missing []string, cause error) error {
 			"or run status on a node of a cluster that has kured-host's role:"
 	}
 	return fmt.Errorf("%w: %s may not %s Nodes, which status reads.\n%s\n\n  kured-host rbac | kubectl apply -f -\n\n(the API server said: %v)",
-		lock.ErrNoNodeRead, who, strings.Join(missing, ", "), advice, cause)
+		kube.ErrNoNodeRead, who, strings.Join(missing, ", "), advice, cause)
 }

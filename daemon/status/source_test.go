@@ -18,7 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kured-host/kured-host/daemon/claim"
-	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/kube"
 )
 
 // The real API server (consistent List, RBAC, the binary) is tested in
@@ -65,7 +65,7 @@ func TestSourceForbidden(t *testing.T) {
 		return true, r, nil
 	})
 	_, err := (&Source{Client: c}).Read(context.Background())
-	if !errors.Is(err, lock.ErrNoNodeRead) {
+	if !errors.Is(err, kube.ErrNoNodeRead) {
 		t.Fatalf("got %v, want ErrNoNodeRead", err)
 	}
 	for _, want := range []string{"system:node:node-a1 may not list, watch Nodes", "kured-host rbac | kubectl apply -f -", `cannot list resource "nodes"`} {

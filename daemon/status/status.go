@@ -215,7 +215,7 @@ func Snapshot(nodes []corev1.Node, local Local, now time.Time) Report {
 		unschedulable[nodes[i].Name] = nodes[i].Spec.Unschedulable
 	}
 	tolerance, _ := local.Lock.ClockTolerance()
-	s := &snap{ps: lock.Participants(ptrs, now, tolerance), local: local, own: lock.LimitsFrom(local.Lock), now: now, ttl: local.Lock.TTL.Std()}
+	s := &snap{ps: lock.Participants(ptrs, now, tolerance), local: local, own: local.Lock.Limits(), now: now, ttl: local.Lock.TTL.Std()}
 	s.labels = s.groupLabels()
 	q := claim.Eligibility(s.ps, now, s.ttl, nil)
 	// Waiting nodes in the queue's order, the others by since.
@@ -253,7 +253,7 @@ func rank(p claim.Participant) int {
 }
 
 func configInfo(l Local) ConfigInfo {
-	own := lock.LimitsFrom(l.Lock)
+	own := l.Lock.Limits()
 	return ConfigInfo{
 		File: l.File, Concurrency: own.Concurrency, Groups: append([]claim.GroupLimit{}, own.Groups...),
 		AlarmAgeSeconds:         seconds(l.Lock.AlarmAge.Std()),

@@ -292,7 +292,7 @@ func (h *Host) startDaemon() {
 	}))
 	cfg := h.Cfg
 	l := lock.New(lock.Options{
-		Client: c.Kube, Metadata: c.Meta, Node: h.Name, Limits: lock.LimitsFrom(cfg.Lock),
+		Client: c.Kube, Metadata: c.Meta, Node: h.Name, Limits: cfg.Lock.Limits(),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		Now: h.now, ServerNow: time.Now, BootID: h.BootID, Log: log,

@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kured-host/kured-host/daemon/claim"
-	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/internal/audit"
 	"github.com/kured-host/kured-host/test/sim/api"
 )
@@ -610,7 +609,7 @@ func (w *World) audit() audit.History {
 func (w *World) strictest() claim.Limits {
 	var ls []claim.Limits
 	for _, h := range w.Hosts {
-		ls = append(ls, limitsOf(h.Cfg.Lock))
+		ls = append(ls, h.Cfg.Lock.Limits())
 	}
 	out := claim.Limits{Concurrency: ls[0].Concurrency}
 	labels := map[string]bool{}
@@ -626,12 +625,4 @@ func (w *World) strictest() claim.Limits {
 		}
 	}
 	return out
-}
-
-func limitsOf(c config.LockConfig) claim.Limits {
-	l := claim.Limits{Concurrency: c.Concurrency}
-	for _, g := range c.Groups {
-		l.Groups = append(l.Groups, claim.GroupLimit{Label: g.Label, Max: g.Max})
-	}
-	return l
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
+	"github.com/kured-host/kured-host/daemon/alarm"
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/events"
 	"github.com/kured-host/kured-host/daemon/lock"
@@ -73,7 +74,7 @@ type driver struct {
 // chanReport is the daemon's alarm report (Event, metric) that also tells
 // the test.
 type chanReport struct {
-	*lock.Report
+	*alarm.Report
 	ch chan claim.Alarm
 }
 
@@ -122,7 +123,7 @@ func (d *driver) run(ctx context.Context) error {
 		Client: client, Metadata: meta, Node: d.h.Name, Limits: d.limits,
 		WaitingGrace: d.grace, AlarmAge: time.Hour, EnteringAlarmAge: 2 * time.Second,
 		BootID: d.bootID, Log: d.log,
-		Alarms: chanReport{Report: &lock.Report{
+		Alarms: chanReport{Report: &alarm.Report{
 			Events:  &events.Recorder{Client: client, Host: d.h.Name},
 			Metrics: d.metrics,
 		}, ch: d.alarms},

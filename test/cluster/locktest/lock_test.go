@@ -21,7 +21,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/kured-host/kured-host/daemon/alarm"
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/kube"
 	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/test/cluster"
@@ -347,7 +349,7 @@ func TestUnreadableClaimBlocksASlot(t *testing.T) {
 	if next.Boots() != 1 {
 		t.Fatal("a node took a slot while an unreadable claim (counted as holding, concurrency 1) was there")
 	}
-	expectEvent(t, ctx, bad.Name, lock.ReasonUnreadableClaim, "cannot be read")
+	expectEvent(t, ctx, bad.Name, alarm.ReasonUnreadableClaim, "cannot be read")
 	if v := testutil.ToFloat64(m.ClaimAlarms.WithLabelValues("unreadable")); v != 1 {
 		t.Errorf("kured_host_claim_alarms{state=unreadable} = %v, want 1", v)
 	}
@@ -420,8 +422,8 @@ func TestForgedClaimRaisesTheAlarm(t *testing.T) {
 					t.Errorf("%s: claim %q, want waiting behind the forged claim", h.Name, st)
 				}
 			}
-			e := expectEvent(t, ctx, forger.Name, lock.ReasonUnreadableClaim, tc.says)
-			t.Logf("event on %s: %s: %s", forger.Name, lock.ReasonUnreadableClaim, e)
+			e := expectEvent(t, ctx, forger.Name, alarm.ReasonUnreadableClaim, tc.says)
+			t.Logf("event on %s: %s: %s", forger.Name, alarm.ReasonUnreadableClaim, e)
 			if v := testutil.ToFloat64(m.ClaimAlarms.WithLabelValues("unreadable")); v != 1 {
 				t.Errorf("kured_host_claim_alarms{state=unreadable} = %v, want 1", v)
 			}
@@ -487,7 +489,7 @@ func TestDeadEnteringKeepsItsUnit(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no alarm about the dead entering claim")
 	}
-	expectEvent(t, ctx, dead.Name, lock.ReasonEnteringAlarm, "its daemon is probably gone")
+	expectEvent(t, ctx, dead.Name, alarm.ReasonEnteringAlarm, "its daemon is probably gone")
 	if v := testutil.ToFloat64(m.ClaimAlarms.WithLabelValues("entering")); v != 1 {
 		t.Errorf("kured_host_claim_alarms{state=entering} = %v, want 1", v)
 	}
@@ -568,14 +570,14 @@ func TestDeadWaitingHead(t *testing.T) {
 func TestAccessCheck(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	f := newFleet(t, ctx, []hostSpec{{name: "access-node", idle: true}})
-	if err := lock.CheckAccess(ctx, f.host("access-node").Client); err != nil {
+	if err := kube.CheckAccess(ctx, f.host("access-node").Client); err != nil {
 		t.Errorf("node identity with the manifest applied: %v", err)
 	}
 	stranger, err := cp.UserClient("stranger", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = lock.CheckAccess(ctx, stranger)
+	err = kube.CheckAccess(ctx, stranger)
 	if err == nil || !strings.Contains(err.Error(), "may not get, list, watch Nodes") || !strings.Contains(err.Error(), "kind: ClusterRoleBinding") {
 		t.Errorf("error without the manifest: %v", err)
 	}
