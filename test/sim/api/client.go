@@ -127,13 +127,9 @@ func (c *Client) lose(r Request) bool {
 
 func request(who string, a k8stesting.Action) Request {
 	r := Request{Who: who, Verb: a.GetVerb(), Resource: a.GetResource().Resource, Subresource: a.GetSubresource(), Namespace: a.GetNamespace()}
-	switch a := a.(type) {
-	case k8stesting.GetAction:
-		r.Name = a.GetName()
-	case k8stesting.PatchAction:
-		r.Name = a.GetName()
-	case k8stesting.DeleteAction:
-		r.Name = a.GetName()
+	// Get, patch and delete actions all name their object.
+	if named, ok := a.(interface{ GetName() string }); ok {
+		r.Name = named.GetName()
 	}
 	return r
 }
