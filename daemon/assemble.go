@@ -30,7 +30,7 @@ type Setup struct {
 	// discovery): --host-root.
 	Root      host.Root
 	Log       *slog.Logger
-	Notify    Notifier
+	Manager   ServiceManager
 	UserAgent string
 	// BusAddress is the D-Bus to find logind and systemd on; "" is the
 	// system bus.
@@ -99,7 +99,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 		reboot = host.CommandRebooter{Argv: cfg.Reboot.Command, Timeout: cfg.Reboot.Timeout.Std()}
 	}
 	return &Daemon{
-		Config: cfg, Log: log, Notify: s.Notify, Lock: l, Node: node, Metrics: m,
+		Config: cfg, Log: log, Manager: s.Manager, Lock: l, Node: node, Metrics: m,
 		Events: &events.Limited{
 			Sink: &events.Recorder{Client: client, Host: node}, Now: time.Now,
 			Repeat: time.Hour, Spacing: time.Minute,

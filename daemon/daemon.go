@@ -30,8 +30,9 @@ import (
 	"github.com/kured-host/kured-host/daemon/sentinel"
 )
 
-// Notifier tells the service manager about the daemon's state.
-type Notifier interface {
+// ServiceManager is systemd, told of the daemon's state (sd_notify:
+// READY, STATUS, WATCHDOG, STOPPING). The chat messages are package notify's.
+type ServiceManager interface {
 	Notify(state string) error
 }
 
@@ -75,7 +76,7 @@ type Rebooter interface {
 type Daemon struct {
 	Config   config.Config
 	Log      *slog.Logger
-	Notify   Notifier
+	Manager  ServiceManager
 	Lock     Locker
 	Sentinel sentinel.Checker
 	Blockers []block.Blocker
@@ -111,10 +112,10 @@ type Daemon struct {
 	mu     sync.Mutex
 	needed bool
 	// toldNeeded: RebootRequired was reported for the current need.
-	toldNeeded bool
-	sentErr    error
-	changed    chan struct{}
-	status     string
+	toldNeeded    bool
+	sentErr       error
+	changed       chan struct{}
+	managerStatus string
 }
 
 // Run runs the cycle until ctx is cancelled (SIGTERM); cancellation is a
@@ -145,7 +146,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return nil
 	case <-first:
 	}
-	d.notify("READY=1")
+	d.tellManager("READY=1")
 	log.Info("ready", "node", d.Node)
 	if d.Trim != nil {
 		d.trim(log)
@@ -167,12 +168,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 			// states (40 s).
 			wait := min(time.Duration(failures)*5*time.Second, 15*time.Second)
 			log.Error("step failed; trying again", "err", err, "retry_in", wait)
-			d.failed("step")
-			d.setStatus("error: " + firstLine(err.Error()) + " (retrying)")
+			d.countError("step")
+			d.setManagerStatus("error: " + firstLine(err.Error()) + " (retrying)")
 			_ = sleep(ctx, wait)
 		}
 	}
-	d.notify("STOPPING=1")
+	d.tellManager("STOPPING=1")
 	log.Info("stopping", "reason", context.Cause(ctx))
 	return nil
 }
@@ -199,7 +200,7 @@ func (d *Daemon) watchdog(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			d.notify("WATCHDOG=1")
+			d.tellManager("WATCHDOG=1")
 		}
 	}
 }
@@ -234,7 +235,7 @@ func (d *Daemon) setNeeded(needed bool, err error, log *slog.Logger) {
 	switch {
 	case err != nil:
 		log.Error("cannot tell whether a reboot is needed", "sentinel", d.Sentinel.String(), "err", err)
-		d.failed("sentinel")
+		d.countError("sentinel")
 	case needed:
 		log.Info("reboot needed", "sentinel", d.Sentinel.String())
 	default:
@@ -252,22 +253,22 @@ func (d *Daemon) rebootNeeded() (bool, error) {
 	return d.needed, d.sentErr
 }
 
-func (d *Daemon) notify(state string) {
-	if err := d.Notify.Notify(state); err != nil {
+func (d *Daemon) tellManager(state string) {
+	if err := d.Manager.Notify(state); err != nil {
 		d.Log.Warn("cannot notify systemd", "component", "daemon", "err", err)
 	}
 }
 
-// setStatus is the one-line state for `systemctl status`. A line break
+// setManagerStatus is the one-line state for `systemctl status`. A line break
 // would start another sd_notify assignment: none gets through.
-func (d *Daemon) setStatus(s string) {
+func (d *Daemon) setManagerStatus(s string) {
 	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
 	d.mu.Lock()
-	same := s == d.status
-	d.status = s
+	same := s == d.managerStatus
+	d.managerStatus = s
 	d.mu.Unlock()
 	if !same {
-		d.notify("STATUS=" + s)
+		d.tellManager("STATUS=" + s)
 	}
 }
 
@@ -362,16 +363,16 @@ func (d *Daemon) unreadable(ctx context.Context, log *slog.Logger, state claim.S
 		d.event(ctx, log, "Warning", alarm.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it was "+string(state)+", so it was removed and the node starts over")
 		return d.Lock.Release(ctx)
 	}
-	d.state("unreadable")
+	d.setStateMetric("unreadable")
 	status := "own claim cannot be read; keeping it until an admin fixes or removes it: " + firstLine(why.Error())
 	d.mu.Lock()
-	same := d.status == status
+	same := d.managerStatus == status
 	d.mu.Unlock()
 	if !same {
 		log.Error("own claim cannot be read; leaving it alone (no release, no uncordon) until an admin fixes or removes it", "state", string(state), "err", why)
 		d.event(ctx, log, "Warning", alarm.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it counts as holding a reboot slot. kured-host leaves it alone: fix or remove it (kubectl label/annotate node "+d.Node+" "+claim.Label+"-)")
 	}
-	d.setStatus(status)
+	d.setManagerStatus(status)
 	if err := d.waitChange(ctx, d.recheck()); err != nil {
 		return err
 	}
@@ -384,17 +385,17 @@ func (d *Daemon) unreadable(ctx context.Context, log *slog.Logger, state claim.S
 
 // idle: join the queue once a reboot is needed and nothing blocks it.
 func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
-	d.state("idle")
-	d.queuePosition(-1)
+	d.setStateMetric("idle")
+	d.setQueuePositionMetric(-1)
 	needed, err := d.rebootNeeded()
 	switch {
 	case err != nil:
-		d.setStatus("cannot tell whether a reboot is needed: " + firstLine(err.Error()))
+		d.setManagerStatus("cannot tell whether a reboot is needed: " + firstLine(err.Error()))
 		return d.waitChange(ctx, d.recheck())
 	case !needed:
 		d.toldNeeded = false
-		d.blockers(nil)
-		d.setStatus("idle: no reboot needed")
+		d.setBlockersMetric(nil)
+		d.setManagerStatus("idle: no reboot needed")
 		return d.waitChange(ctx, time.Hour)
 	}
 	if !d.toldNeeded {
@@ -403,13 +404,13 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 		d.mark(ctx, log, "reboot needed", func(m Marker) error { return m.Needed(ctx, d.Now()) })
 	}
 	blocked := block.Check(ctx, d.Blockers)
-	d.blockers(blocked)
+	d.setBlockersMetric(blocked)
 	if len(blocked) > 0 {
-		d.state("blocked")
+		d.setStateMetric("blocked")
 		d.reportBlocked(ctx, log, blocked)
 		return d.waitChange(ctx, d.recheck())
 	}
-	d.setStatus("reboot needed: joining the queue")
+	d.setManagerStatus("reboot needed: joining the queue")
 	if err := d.Lock.Join(ctx); err != nil {
 		return err
 	}
@@ -428,13 +429,13 @@ func limitsText(c config.LockConfig) string {
 func (d *Daemon) reportBlocked(ctx context.Context, log *slog.Logger, blocked []block.Blocked) {
 	s := block.Summary(blocked)
 	d.mu.Lock()
-	same := d.status == "reboot needed; waiting: "+s
+	same := d.managerStatus == "reboot needed; waiting: "+s
 	d.mu.Unlock()
 	if !same {
 		log.Info("reboot needed but blocked", "blocked_by", s)
 		d.event(ctx, log, "Normal", ReasonBlocked, "Reboot needed but waiting: "+s)
 	}
-	d.setStatus("reboot needed; waiting: " + s)
+	d.setManagerStatus("reboot needed; waiting: " + s)
 }
 
 // acquire takes a slot, leaving the queue if the reboot is no longer
@@ -468,25 +469,12 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 		case <-d.changed:
 		case <-tick.C:
 		}
-		st := d.Lock.Status()
-		switch {
-		case st.State == claim.Waiting && st.Position >= 0:
-			d.state("waiting")
-			d.queuePosition(st.Position)
-			d.setStatus(fmt.Sprintf("waiting for a reboot slot: %d ahead (%s)", st.Position, st.Reason))
-		case st.State == claim.Entering:
-			d.state("entering")
-			d.queuePosition(0)
-			d.setStatus("taking a reboot slot: " + st.Reason)
-		default:
-			d.state("waiting")
-			d.setStatus("waiting for a reboot slot")
-		}
+		d.showQueue(d.Lock.Status())
 		needed, nerr := d.rebootNeeded()
 		var blocked []block.Blocked
 		if nerr == nil && needed && d.Now().Sub(lastBlockers) >= d.recheck() {
 			blocked = block.Check(ctx, d.Blockers)
-			d.blockers(blocked)
+			d.setBlockersMetric(blocked)
 			lastBlockers = d.Now()
 		}
 		if nerr == nil && needed && len(blocked) == 0 {
@@ -495,142 +483,65 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 		// Leave the queue: stop acquiring, then withdraw if still waiting.
 		cancel()
 		<-done
-		_, state, err := d.Lock.Own(ctx)
-		if err != nil {
-			return err
-		}
-		if state != claim.Waiting {
-			return nil // it got further meanwhile; the holder's checks take over
-		}
-		why := "the reboot is no longer needed"
-		if len(blocked) > 0 {
-			why = "blocked: " + block.Summary(blocked)
-			d.reportBlocked(ctx, log, blocked)
-		}
-		log.Info("leaving the queue", "reason", why)
-		if err := d.Lock.Release(ctx); err != nil {
-			return err
-		}
-		d.event(ctx, log, "Normal", ReasonLeftQueue, "Left the queue for a reboot slot: "+why)
-		d.queuePosition(-1)
-		return nil
+		return d.leaveQueue(ctx, log, blocked)
 	}
 }
 
-// beforeReboot advances a holder in the boot in which it took the slot.
+// showQueue tells the operator where the node is in the queue, and why.
+func (d *Daemon) showQueue(st lock.Status) {
+	switch {
+	case st.State == claim.Waiting && st.Position >= 0:
+		d.setStateMetric("waiting")
+		d.setQueuePositionMetric(st.Position)
+		d.setManagerStatus(fmt.Sprintf("waiting for a reboot slot: %d ahead (%s)", st.Position, st.Reason))
+	case st.State == claim.Entering:
+		d.setStateMetric("entering")
+		d.setQueuePositionMetric(0)
+		d.setManagerStatus("taking a reboot slot: " + st.Reason)
+	default:
+		d.setStateMetric("waiting")
+		d.setManagerStatus("waiting for a reboot slot")
+	}
+}
+
+// leaveQueue withdraws a waiting claim: the reboot is no longer needed, or
+// blocked. A claim that got further meanwhile stays: the holder's checks
+// take over.
+func (d *Daemon) leaveQueue(ctx context.Context, log *slog.Logger, blocked []block.Blocked) error {
+	_, state, err := d.Lock.Own(ctx)
+	if err != nil {
+		return err
+	}
+	if state != claim.Waiting {
+		return nil
+	}
+	why := "the reboot is no longer needed"
+	if len(blocked) > 0 {
+		why = "blocked: " + block.Summary(blocked)
+		d.reportBlocked(ctx, log, blocked)
+	}
+	log.Info("leaving the queue", "reason", why)
+	if err := d.Lock.Release(ctx); err != nil {
+		return err
+	}
+	d.event(ctx, log, "Normal", ReasonLeftQueue, "Left the queue for a reboot slot: "+why)
+	d.setQueuePositionMetric(-1)
+	return nil
+}
+
+// beforeReboot advances a holder in the boot in which it took the slot,
+// one phase of the cycle per call: each phase is recorded in the claim
+// before the step it names, so that a restart resumes there.
 func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Claim, boot string) error {
 	switch c.Phase {
 	case claim.PhaseAcquired:
-		// Checked again right before the first disruptive step.
-		d.state("draining")
-		d.queuePosition(-1)
-		blocked := block.Check(ctx, d.Blockers)
-		d.blockers(blocked)
-		if len(blocked) > 0 {
-			d.reportBlocked(ctx, log, blocked)
-			log.Info("blocked after taking the slot; giving it back", "blocked_by", block.Summary(blocked))
-			if err := d.Lock.Release(ctx); err != nil {
-				return err
-			}
-			d.holding = nil
-			d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back before cordoning: blocked by "+block.Summary(blocked))
-			return nil
-		}
-		if _, err := d.Lock.Confirm(ctx); err != nil {
-			return d.lost(ctx, log, c, err)
-		}
-		was, err := d.Drainer.Unschedulable(ctx)
-		if err != nil {
-			return err
-		}
-		// Recorded before cordoning: a restart in between must not take
-		// our cordon for the admin's.
-		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) {
-			c.Phase, c.WasUnschedulable, c.Cordoned = claim.PhaseCordoned, was, !was
-		}); err != nil {
-			return d.lost(ctx, log, c, err)
-		}
-		d.setStatus("holding a reboot slot: cordoning")
-		if !was {
-			if _, err := d.Drainer.Cordon(ctx); err != nil {
-				return err
-			}
-			log.Info("cordoned")
-			d.event(ctx, log, "Normal", ReasonCordoned, "Cordoned for the reboot")
-		} else {
-			d.event(ctx, log, "Normal", ReasonCordoned, "Already unschedulable; it will stay so after the reboot")
-		}
-		return nil
+		return d.cordon(ctx, log, c)
 	case claim.PhaseCordoned:
-		d.state("draining")
-		if c.Cordoned {
-			// A restart between the record and the cordon: the cordon
-			// is a disruptive step, confirmed first like the others.
-			if _, err := d.Lock.Confirm(ctx); err != nil {
-				return d.lost(ctx, log, c, err)
-			}
-			if _, err := d.Drainer.Cordon(ctx); err != nil {
-				return err
-			}
-		}
-		// Here rather than at the cordon so that a restart in between
-		// still marks the node: these writes are idempotent.
-		d.mark(ctx, log, "reboot in progress", func(m Marker) error { return m.Started(ctx, d.Now()) })
-		d.message(ctx, notify.Drain, "")
-		if delay := d.Config.Drain.Delay.Std(); delay > 0 {
-			d.setStatus(fmt.Sprintf("holding a reboot slot: draining in %s", delay))
-			if err := sleep(ctx, delay); err != nil {
-				return err
-			}
-		}
-		_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseDraining })
-		return d.lostIf(ctx, log, c, err)
+		return d.startDrain(ctx, log, c)
 	case claim.PhaseDraining:
-		if _, err := d.Lock.Confirm(ctx); err != nil {
-			return d.lost(ctx, log, c, err)
-		}
-		d.state("draining")
-		d.setStatus("holding a reboot slot: draining")
-		began := d.Now()
-		if err := d.Drainer.Drain(ctx); err != nil {
-			if ctx.Err() != nil {
-				return err
-			}
-			if _, st := d.Lock.Known(); st != claim.Holding || d.Lock.Unreadable() != nil {
-				// An eviction's confirmation found the slot gone.
-				return d.lostPath(ctx, log, c, "the claim went away during the drain: "+firstLine(err.Error()))
-			}
-			d.drainTook("failed", began)
-			d.failed("drain")
-			if !d.Config.Drain.ForceReboot {
-				return d.abort(ctx, log, c, err)
-			}
-			log.Warn("drain failed; rebooting anyway (drain.force_reboot)", "err", err)
-			d.event(ctx, log, "Warning", ReasonDrainFailed, "Drain failed; rebooting anyway (drain.force_reboot): "+firstLine(err.Error()))
-			d.message(ctx, notify.Failure, "drain failed, rebooting anyway: "+firstLine(err.Error()))
-		} else {
-			took := d.drainTook("ok", began)
-			log.Info("drained", "took", took.Round(time.Millisecond))
-			d.event(ctx, log, "Normal", ReasonDrained, fmt.Sprintf("Drained in %s", took.Round(time.Second)))
-		}
-		_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseDrained })
-		return d.lostIf(ctx, log, c, err)
+		return d.drain(ctx, log, c)
 	case claim.PhaseDrained, claim.PhaseRebooting:
-		if c.Phase == claim.PhaseDrained {
-			if delay := d.Config.Reboot.Delay.Std(); delay > 0 {
-				d.setStatus(fmt.Sprintf("holding a reboot slot: rebooting in %s", delay))
-				if err := sleep(ctx, delay); err != nil {
-					return err
-				}
-			}
-		}
-		if _, err := d.Lock.Confirm(ctx); err != nil {
-			return d.lost(ctx, log, c, err)
-		}
-		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase, c.BootID = claim.PhaseRebooting, boot }); err != nil {
-			return d.lost(ctx, log, c, err)
-		}
-		return d.reboot(ctx, log, boot)
+		return d.requestReboot(ctx, log, c, boot)
 	case claim.PhaseAborted:
 		return d.finishAbort(ctx, log, c)
 	}
@@ -640,11 +551,140 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 	return d.finishAbort(ctx, log, c)
 }
 
+// cordon: the slot was just taken. The blockers are checked again right
+// before the first disruptive step (blocked: the slot is given back), the
+// claim confirmed, and whether the node was already unschedulable recorded
+// before it is cordoned.
+func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	d.setStateMetric("draining")
+	d.setQueuePositionMetric(-1)
+	blocked := block.Check(ctx, d.Blockers)
+	d.setBlockersMetric(blocked)
+	if len(blocked) > 0 {
+		d.reportBlocked(ctx, log, blocked)
+		log.Info("blocked after taking the slot; giving it back", "blocked_by", block.Summary(blocked))
+		if err := d.Lock.Release(ctx); err != nil {
+			return err
+		}
+		d.holding = nil
+		d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back before cordoning: blocked by "+block.Summary(blocked))
+		return nil
+	}
+	if _, err := d.Lock.Confirm(ctx); err != nil {
+		return d.lost(ctx, log, c, err)
+	}
+	was, err := d.Drainer.Unschedulable(ctx)
+	if err != nil {
+		return err
+	}
+	// Recorded before cordoning: a restart in between must not take
+	// our cordon for the admin's.
+	if _, err := d.Lock.Update(ctx, func(c *claim.Claim) {
+		c.Phase, c.WasUnschedulable, c.Cordoned = claim.PhaseCordoned, was, !was
+	}); err != nil {
+		return d.lost(ctx, log, c, err)
+	}
+	d.setManagerStatus("holding a reboot slot: cordoning")
+	if !was {
+		if _, err := d.Drainer.Cordon(ctx); err != nil {
+			return err
+		}
+		log.Info("cordoned")
+		d.event(ctx, log, "Normal", ReasonCordoned, "Cordoned for the reboot")
+	} else {
+		d.event(ctx, log, "Normal", ReasonCordoned, "Already unschedulable; it will stay so after the reboot")
+	}
+	return nil
+}
+
+// startDrain: cordoned. It redoes a cordon a restart may have cut short,
+// marks the node (kured's annotations), sends the drain message, waits
+// drain.delay and records the drain.
+func (d *Daemon) startDrain(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	d.setStateMetric("draining")
+	if c.Cordoned {
+		// A restart between the record and the cordon: the cordon
+		// is a disruptive step, confirmed first like the others.
+		if _, err := d.Lock.Confirm(ctx); err != nil {
+			return d.lost(ctx, log, c, err)
+		}
+		if _, err := d.Drainer.Cordon(ctx); err != nil {
+			return err
+		}
+	}
+	// Here rather than at the cordon so that a restart in between
+	// still marks the node: these writes are idempotent.
+	d.mark(ctx, log, "reboot in progress", func(m Marker) error { return m.Started(ctx, d.Now()) })
+	d.message(ctx, notify.Drain, "")
+	if delay := d.Config.Drain.Delay.Std(); delay > 0 {
+		d.setManagerStatus(fmt.Sprintf("holding a reboot slot: draining in %s", delay))
+		if err := sleep(ctx, delay); err != nil {
+			return err
+		}
+	}
+	_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseDraining })
+	return d.lostIf(ctx, log, c, err)
+}
+
+// drain evicts the pods, each eviction confirmed; a failed drain gives the
+// slot back (abort) unless drain.force_reboot.
+func (d *Daemon) drain(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	if _, err := d.Lock.Confirm(ctx); err != nil {
+		return d.lost(ctx, log, c, err)
+	}
+	d.setStateMetric("draining")
+	d.setManagerStatus("holding a reboot slot: draining")
+	began := d.Now()
+	if err := d.Drainer.Drain(ctx); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		if _, st := d.Lock.Known(); st != claim.Holding || d.Lock.Unreadable() != nil {
+			// An eviction's confirmation found the slot gone.
+			return d.lostPath(ctx, log, c, "the claim went away during the drain: "+firstLine(err.Error()))
+		}
+		d.drainTook("failed", began)
+		d.countError("drain")
+		if !d.Config.Drain.ForceReboot {
+			return d.abort(ctx, log, c, err)
+		}
+		log.Warn("drain failed; rebooting anyway (drain.force_reboot)", "err", err)
+		d.event(ctx, log, "Warning", ReasonDrainFailed, "Drain failed; rebooting anyway (drain.force_reboot): "+firstLine(err.Error()))
+		d.message(ctx, notify.Failure, "drain failed, rebooting anyway: "+firstLine(err.Error()))
+	} else {
+		took := d.drainTook("ok", began)
+		log.Info("drained", "took", took.Round(time.Millisecond))
+		d.event(ctx, log, "Normal", ReasonDrained, fmt.Sprintf("Drained in %s", took.Round(time.Second)))
+	}
+	_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseDrained })
+	return d.lostIf(ctx, log, c, err)
+}
+
+// requestReboot: drained. After reboot.delay, the claim is confirmed and
+// the reboot recorded with this boot's ID, then asked for.
+func (d *Daemon) requestReboot(ctx context.Context, log *slog.Logger, c claim.Claim, boot string) error {
+	if c.Phase == claim.PhaseDrained {
+		if delay := d.Config.Reboot.Delay.Std(); delay > 0 {
+			d.setManagerStatus(fmt.Sprintf("holding a reboot slot: rebooting in %s", delay))
+			if err := sleep(ctx, delay); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := d.Lock.Confirm(ctx); err != nil {
+		return d.lost(ctx, log, c, err)
+	}
+	if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase, c.BootID = claim.PhaseRebooting, boot }); err != nil {
+		return d.lost(ctx, log, c, err)
+	}
+	return d.reboot(ctx, log, boot)
+}
+
 // reboot asks for the reboot, and again if the machine is still up after
 // reboot.timeout.
 func (d *Daemon) reboot(ctx context.Context, log *slog.Logger, boot string) error {
-	d.state("rebooting")
-	d.setStatus("holding a reboot slot: rebooting")
+	d.setStateMetric("rebooting")
+	d.setManagerStatus("holding a reboot slot: rebooting")
 	log.Info("rebooting")
 	d.event(ctx, log, "Normal", ReasonRebooting, fmt.Sprintf("Rebooting (%s; boot %.8s)", d.rebootMethod(), boot))
 	d.message(ctx, notify.Reboot, "")
@@ -652,7 +692,7 @@ func (d *Daemon) reboot(ctx context.Context, log *slog.Logger, boot string) erro
 	for {
 		if err := d.Rebooter.Reboot(ctx); err != nil {
 			if ctx.Err() == nil {
-				d.failed("reboot")
+				d.countError("reboot")
 				d.event(ctx, log, "Warning", ReasonRebootFailed, "The reboot was refused, trying again: "+firstLine(err.Error()))
 				d.message(ctx, notify.Failure, "the reboot was refused: "+firstLine(err.Error()))
 			}
@@ -663,10 +703,10 @@ func (d *Daemon) reboot(ctx context.Context, log *slog.Logger, boot string) erro
 		}
 		late := d.Now().Sub(asked).Round(time.Second)
 		log.Error("still up after asking for a reboot; asking again", "asked", late)
-		d.failed("reboot")
+		d.countError("reboot")
 		d.event(ctx, log, "Warning", ReasonRebootOverdue, fmt.Sprintf("Still up %s after asking for a reboot; asking again", late))
 		d.message(ctx, notify.Failure, fmt.Sprintf("still up %s after asking for a reboot", late))
-		d.setStatus(fmt.Sprintf("holding a reboot slot: reboot overdue (asked %s ago)", late))
+		d.setManagerStatus(fmt.Sprintf("holding a reboot slot: reboot overdue (asked %s ago)", late))
 	}
 }
 
@@ -692,7 +732,7 @@ func (d *Daemon) abort(ctx context.Context, log *slog.Logger, c claim.Claim, cau
 	log.Error("drain failed; uncordoning and giving the slot back", "err", cause)
 	d.event(ctx, log, "Warning", ReasonDrainFailed, "Drain failed, node uncordoned and slot given back: "+firstLine(cause.Error()))
 	d.message(ctx, notify.Failure, "drain failed: "+firstLine(cause.Error()))
-	d.setStatus("drain failed: " + firstLine(cause.Error()))
+	d.setManagerStatus("drain failed: " + firstLine(cause.Error()))
 	if err := d.finishAbort(ctx, log, c); err != nil {
 		return err
 	}
@@ -780,7 +820,7 @@ func (d *Daemon) uncordon(ctx context.Context, log *slog.Logger, why string) err
 // reports this boot Ready: a second, unplanned reboot starts that wait
 // over.
 func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Claim) error {
-	d.state("rebooted")
+	d.setStateMetric("rebooted")
 	if c.Phase != claim.PhaseRebooted && c.Phase != claim.PhaseReleasing {
 		// The claim's last write before the reboot was the request.
 		down := d.Now().Sub(c.Updated)
@@ -807,15 +847,15 @@ func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Clai
 		d.message(ctx, notify.Uncordon, "")
 	}
 	if delay := d.Config.Lock.ReleaseDelay.Std(); delay > 0 {
-		d.setStatus(fmt.Sprintf("rebooted; holding the slot for the release delay (%s)", delay))
+		d.setManagerStatus(fmt.Sprintf("rebooted; holding the slot for the release delay (%s)", delay))
 	}
 	if err := d.Lock.ReleaseAfter(ctx, d.Config.Lock.ReleaseDelay.Std()); err != nil {
 		return err
 	}
 	log.Info("reboot done; slot released")
 	d.event(ctx, log, "Normal", ReasonSlotReleased, "Reboot done; reboot slot released")
-	d.state("idle")
-	d.setStatus("idle: rebooted")
+	d.setStateMetric("idle")
+	d.setManagerStatus("idle: rebooted")
 	return nil
 }
 
@@ -839,7 +879,7 @@ func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
 		if healthy {
 			return nil
 		}
-		d.setStatus("rebooted; waiting: " + why)
+		d.setManagerStatus("rebooted; waiting: " + why)
 		if why != last {
 			log.Info("rebooted; keeping the slot until the node is healthy", "why", why)
 			last = why
@@ -847,7 +887,7 @@ func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
 		if !reported && d.Now().Sub(began) > d.Config.Health.Timeout.Std() {
 			waited := d.Now().Sub(began).Round(time.Second)
 			log.Error("not healthy long after the reboot; keeping the slot", "waited", waited, "why", why)
-			d.failed("health")
+			d.countError("health")
 			d.event(ctx, log, "Warning", ReasonHealthCheckFailed, fmt.Sprintf("Not healthy %s after the reboot, keeping the slot until it is: %s", waited, why))
 			d.message(ctx, notify.Failure, fmt.Sprintf("not healthy %s after the reboot: %s", waited, why))
 			reported = true

@@ -50,7 +50,7 @@ func TestWaitHealthy(t *testing.T) {
 	var timeouts []time.Duration
 	n, ev := &notifications{}, &eventLog{}
 	d := &Daemon{
-		Config: c, Log: slog.New(slog.DiscardHandler), Notify: n, Events: ev, Now: time.Now,
+		Config: c, Log: slog.New(slog.DiscardHandler), Manager: n, Events: ev, Now: time.Now,
 		Ready: func(context.Context) (bool, string, error) { return true, "", nil },
 		Health: func(_ context.Context, timeout time.Duration) error {
 			timeouts = append(timeouts, timeout)

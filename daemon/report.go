@@ -77,7 +77,7 @@ func (d *Daemon) event(ctx context.Context, log *slog.Logger, eventType, reason,
 	}
 	if err := d.Events.Emit(ctx, d.Node, eventType, reason, message); err != nil && ctx.Err() == nil {
 		log.Warn("cannot record an event", "reason", reason, "err", err)
-		d.failed("event")
+		d.countError("event")
 	}
 }
 
@@ -96,23 +96,23 @@ func (d *Daemon) mark(ctx context.Context, log *slog.Logger, what string, write 
 	}
 	if err := write(d.Marks); err != nil && ctx.Err() == nil {
 		log.Warn("cannot mark the node; carrying on", "mark", what, "err", err)
-		d.failed("marks")
+		d.countError("marks")
 	}
 }
 
-func (d *Daemon) failed(kind string) {
+func (d *Daemon) countError(kind string) {
 	if d.Metrics != nil {
 		d.Metrics.Errors.WithLabelValues(kind).Inc()
 	}
 }
 
-func (d *Daemon) state(s string) {
+func (d *Daemon) setStateMetric(s string) {
 	if d.Metrics != nil {
 		d.Metrics.SetState(s)
 	}
 }
 
-func (d *Daemon) blockers(blocked []block.Blocked) {
+func (d *Daemon) setBlockersMetric(blocked []block.Blocked) {
 	if d.Metrics == nil {
 		return
 	}
@@ -123,7 +123,7 @@ func (d *Daemon) blockers(blocked []block.Blocked) {
 	d.Metrics.SetBlockers(kinds)
 }
 
-func (d *Daemon) queuePosition(p int) {
+func (d *Daemon) setQueuePositionMetric(p int) {
 	if d.Metrics != nil {
 		d.Metrics.QueuePosition.Set(float64(p))
 	}

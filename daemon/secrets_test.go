@@ -129,7 +129,7 @@ func TestPrometheusSecretsStayHidden(t *testing.T) {
 	sd := &systemd{}
 	lk := &idleLock{joined: make(chan struct{})}
 	d := &Daemon{
-		Config: l.Config, Log: log, Notify: sd, Lock: lk, Node: "node-1",
+		Config: l.Config, Log: log, Manager: sd, Lock: lk, Node: "node-1",
 		Sentinel: needed{},
 		Blockers: blockersFor(l.Config, client, "node-1", nil),
 		Events: &events.Limited{

@@ -153,7 +153,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	log.Info("starting", "version", version.Version, "config", strings.Join(l.Files, ","))
 	d, err := daemon.Assemble(ctx, daemon.Setup{
-		Config: l.Config, Root: host.Root(*root), Log: log, Notify: host.Systemd{},
+		Config: l.Config, Root: host.Root(*root), Log: log, Manager: host.Systemd{},
 		UserAgent: "kured-host/" + version.Version,
 	})
 	if err != nil {

@@ -299,7 +299,7 @@ func (h *Host) startDaemon() {
 		Rand: rand.New(rand.NewPCG(h.w.rngUint(), h.w.rngUint())),
 	})
 	d := &daemon.Daemon{
-		Config: cfg, Log: log, Notify: noNotify{}, Lock: l, Sentinel: h,
+		Config: cfg, Log: log, Manager: noNotify{}, Lock: l, Sentinel: h,
 		Drainer: &drain.Drainer{Client: c.Kube, Node: h.Name, Log: log.With("component", "drain"), Options: drain.Options{
 			GracePeriod: -1, Timeout: cfg.Drain.Timeout.Std(), DeleteEmptyDirData: true, EvictUnreplicated: true,
 		}, Observe: l.Observe, Confirm: func(ctx context.Context) error { _, err := l.Confirm(ctx); return err }},
