@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -95,7 +94,7 @@ func Node(ctx context.Context, r NodeReader, name, bootID string, groups []confi
 		return finding(Fail, check, "read Node %s: %v", name, err)
 	}
 	level, ready := OK, "Ready"
-	if !nodeReady(n) {
+	if !kube.Ready(n) {
 		level, ready = Warn, "not Ready (the daemon waits for Ready after a reboot)"
 	}
 	var labels, missing []string
@@ -119,15 +118,6 @@ func Node(ctx context.Context, r NodeReader, name, bootID string, groups []confi
 		msg += "; no label " + strings.Join(missing, ", ") + ": that group rule does not limit this node"
 	}
 	return Finding{Level: level, Check: check, Message: msg}
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // Access asks what the credentials may do (SelfSubjectAccessReview).
@@ -272,11 +262,8 @@ var (
 
 // WhoAmI creates a SelfSubjectReview.
 func (k KubeAPI) WhoAmI(ctx context.Context) (string, error) {
-	r, err := k.Client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		return "", err
-	}
-	return r.Status.UserInfo.Username, nil
+	user, _, err := kube.WhoAmI(ctx, k.Client)
+	return user, err
 }
 
 // Node gets the Node.

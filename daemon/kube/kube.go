@@ -12,6 +12,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -31,14 +32,23 @@ func Tune(cfg *rest.Config) {
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 }
 
+// WhoAmI returns the user name and groups of the client's credentials, as
+// the API server sees them (SelfSubjectReview).
+func WhoAmI(ctx context.Context, client kubernetes.Interface) (string, []string, error) {
+	r, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", nil, err
+	}
+	return r.Status.UserInfo.Username, r.Status.UserInfo.Groups, nil
+}
+
 // NodeName learns the node's name from its credentials
 // (SelfSubjectReview): the user must be system:node:<name>.
 func NodeName(ctx context.Context, client kubernetes.Interface) (string, error) {
-	r, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	user, _, err := WhoAmI(ctx, client)
 	if err != nil {
 		return "", fmt.Errorf("who am I (SelfSubjectReview): %w", err)
 	}
-	user := r.Status.UserInfo.Username
 	name, ok := strings.CutPrefix(user, "system:node:")
 	if !ok || name == "" {
 		return "", fmt.Errorf("the credentials are %q, not a node's (system:node:<name>): use the kubelet's kubeconfig, or set kubernetes.node_name", user)
@@ -128,10 +138,18 @@ func NodeReadyIn(ctx context.Context, client kubernetes.Interface, node, bootID 
 	if got := n.Status.NodeInfo.BootID; got != bootID {
 		return false, fmt.Sprintf("the kubelet has not reported this boot yet (the Node shows boot %.8s, this is %.8s)", got, bootID), nil
 	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == "Ready" && c.Status == "True" {
-			return true, "", nil
-		}
+	if Ready(n) {
+		return true, "", nil
 	}
 	return false, "the node is not Ready yet", nil
+}
+
+// Ready reports whether the Node's Ready condition is True.
+func Ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

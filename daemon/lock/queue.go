@@ -167,14 +167,7 @@ func readyStatus(n *corev1.Node) corev1.ConditionStatus {
 	return ""
 }
 
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
+func nodeReady(n *corev1.Node) bool { return readyStatus(n) == corev1.ConditionTrue }
 
 // waitEligible blocks until this node is admitted by the queue. Near the
 // front of the queue it watches the claimed nodes and wakes on every

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -122,11 +121,8 @@ func (s *Source) forbidden(ctx context.Context, cause error) error {
 // WhoAmI returns the user name and groups of the client's credentials
 // (SelfSubjectReview), or "" when the API server does not say.
 func WhoAmI(ctx context.Context, client kubernetes.Interface) (string, []string) {
-	r, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		return "", nil
-	}
-	return r.Status.UserInfo.Username, r.Status.UserInfo.Groups
+	user, groups, _ := kube.WhoAmI(ctx, client)
+	return user, groups
 }
 
 // AccessError says that user (in groups) may not do the missing verbs on
