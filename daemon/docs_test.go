@@ -1,16 +1,14 @@
 package daemon
 
 import (
-	"flag"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/internal/docgen"
+	"github.com/kured-host/kured-host/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the generated parts of docs/operations.md")
 
 // TestDocs keeps docs/operations.md's tables of Events and metrics in step
 // with the code.
@@ -18,7 +16,7 @@ func TestDocs(t *testing.T) {
 	err := docgen.Check("../docs/operations.md", map[string]string{
 		"daemon/report.go":          eventsTable(),
 		"daemon/metrics/metrics.go": metricsTable(t),
-	}, *update, "go test ./daemon -update")
+	}, golden.Update(), "go test ./daemon -update")
 	if err != nil {
 		t.Error(err)
 	}

@@ -3,34 +3,16 @@ package config
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kured-host/kured-host/internal/golden"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files")
-
 // golden compares got with testdata/<name>, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run go test -update to create it): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (run go test -update if the change is right)\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
 
 // sameConfig compares configurations through their canonical TOML, which
 // writes every field.
@@ -142,7 +124,7 @@ func TestBadConfigs(t *testing.T) {
 					t.Errorf("problem without a file: %s", p)
 				}
 			}
-			golden(t, "bad/"+strings.ReplaceAll(name, "/", "-")+".golden", []byte(err.Error()+"\n"))
+			golden.Check(t, "bad/"+strings.ReplaceAll(name, "/", "-")+".golden", []byte(err.Error()+"\n"))
 		})
 	}
 }
@@ -204,7 +186,7 @@ func TestRender(t *testing.T) {
 	if err := l.Render(&b); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "render.golden", bytes.ReplaceAll(b.Bytes(), []byte(dir), []byte("DIR")))
+	golden.Check(t, "render.golden", bytes.ReplaceAll(b.Bytes(), []byte(dir), []byte("DIR")))
 	if l2, err := LoadFiles(writeTemp(t, b.Bytes())); err != nil {
 		t.Errorf("rendered configuration does not load: %v", err)
 	} else {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kured-host/kured-host/internal/docgen"
+	"github.com/kured-host/kured-host/internal/golden"
 )
 
 // TestDocs keeps the generated parts of docs/configuration.md in step with
@@ -19,7 +20,7 @@ func TestDocs(t *testing.T) {
 	err = docgen.Check("../../docs/configuration.md", map[string]string{
 		"config.toml.example":    "```toml\n" + string(example) + "```\n",
 		"daemon/config/kured.go": kuredTable(),
-	}, *update, "go test ./daemon/config -update")
+	}, golden.Update(), "go test ./daemon/config -update")
 	if err != nil {
 		t.Error(err)
 	}

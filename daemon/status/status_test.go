@@ -3,9 +3,6 @@ package status
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -17,9 +14,8 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/host"
+	"github.com/kured-host/kured-host/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 const zone = config.ZoneLabel
 
@@ -188,23 +184,6 @@ func (f fixture) report(t *testing.T) Report {
 }
 
 // golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./daemon/status -update)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test ./daemon/status -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
 
 // TestGolden renders each fixture as the table and as JSON.
 func TestGolden(t *testing.T) {
@@ -218,8 +197,8 @@ func TestGolden(t *testing.T) {
 			if err := JSON(&js, r); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, f.name+".txt", table.Bytes())
-			golden(t, f.name+".json", js.Bytes())
+			golden.Check(t, f.name+".txt", table.Bytes())
+			golden.Check(t, f.name+".json", js.Bytes())
 		})
 	}
 }
