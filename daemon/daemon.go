@@ -414,16 +414,16 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 	if err := d.Lock.Join(ctx); err != nil {
 		return err
 	}
-	d.event(ctx, log, "Normal", ReasonWaitingForSlot, "Joined the queue for a reboot slot ("+limitsText(d.Config.Lock)+")")
+	d.event(ctx, log, "Normal", ReasonWaitingForSlot, "Joined the queue for a reboot slot ("+limitsText(d.Config.Lock)+", or stricter limits published by other nodes)")
 	return nil
 }
 
 func limitsText(c config.LockConfig) string {
-	s := fmt.Sprintf("at most %d node(s) at once", c.Concurrency)
+	s := fmt.Sprintf("at most %d node(s) of the cluster at once", c.Concurrency)
 	for _, g := range c.Groups {
 		s += fmt.Sprintf(", %d per %s", g.Max, g.Label)
 	}
-	return s + ", or stricter limits published by other nodes"
+	return s
 }
 
 func (d *Daemon) reportBlocked(ctx context.Context, log *slog.Logger, blocked []block.Blocked) {
@@ -935,11 +935,7 @@ func Plan(c config.Config) []string {
 		add("reboot needed when %s exists (inotify, re-checked every %s)", c.Sentinel.File, c.Sentinel.Period)
 	}
 	add("reboots may start %s", describeWindow(c.Window))
-	limits := fmt.Sprintf("at most %d node(s) of the cluster at once", c.Lock.Concurrency)
-	for _, g := range c.Lock.Groups {
-		limits += fmt.Sprintf(", %d per %s", g.Max, g.Label)
-	}
-	add("slots: %s (or the strictest limit another node publishes)", limits)
+	add("slots: %s (or the strictest limit another node publishes)", limitsText(c.Lock))
 	var blockers []string
 	if n := len(c.Blockers.PodSelectors); n > 0 {
 		blockers = append(blockers, fmt.Sprintf("%d pod selector(s)", n))
