@@ -161,6 +161,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case err == nil:
 			failures = 0
 		case ctx.Err() != nil:
+		case errors.Is(err, lock.ErrUnreadable):
+			// The own claim changed into one that cannot be read while
+			// this step worked on it: the next step leaves it alone and
+			// says so.
+			failures = 0
 		default:
 			failures++
 			// At most 15 s: after an outage of the API server, a waiting

@@ -28,6 +28,9 @@ var (
 	ErrLost = errors.New("claim lost")
 	// ErrNotJoined means there is no claim to acquire; Join first.
 	ErrNotJoined = errors.New("not in the queue")
+	// ErrUnreadable means the own claim cannot be read and says it holds
+	// a slot: the daemon neither rewrites nor removes it.
+	ErrUnreadable = errors.New("own claim cannot be read and says it holds a slot")
 )
 
 // Options configure a Lock.

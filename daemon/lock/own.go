@@ -220,12 +220,21 @@ func (l *Lock) Confirm(ctx context.Context) (claim.Claim, error) {
 }
 
 // Release removes the claim (label and annotation together), from any
-// state: after the reboot, or to leave the queue.
+// state it can read, or an unreadable waiting or entering one: after the
+// reboot, or to leave the queue. A claim that changes under it into an
+// unreadable one that says it holds is not removed (ErrUnreadable).
 func (l *Lock) Release(ctx context.Context) error {
 	for {
 		cur := l.current()
 		if cur.state == "" {
 			return nil
+		}
+		if cur.err != nil && cur.state != claim.Waiting && cur.state != claim.Entering {
+			// Changed under this daemon into a claim it cannot read that
+			// says it holds (an admin's edit between a read and this
+			// removal): never removed by the daemon; the cycle leaves it
+			// alone until an admin fixes it.
+			return fmt.Errorf("%w: %v", ErrUnreadable, cur.err)
 		}
 		_, err := l.write(ctx, "", claim.Claim{})
 		if err == nil {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -133,6 +134,27 @@ func (w *World) startFaults() {
 	}
 	if f.Death {
 		w.at(func() { w.randomHost().die() })
+	}
+	if f.Blocked {
+		for range 1 + w.intn(3) {
+			w.at(func() {
+				h, d := w.randomHost(), w.draw(Span{30 * time.Second, 10 * time.Minute})
+				w.tracef(h.Name, "a blocker says no for %s (fault)", d.Round(time.Second))
+				h.blockFor(d)
+			})
+		}
+	}
+	if f.StuckBudget && w.o.PodsPerNode > 0 {
+		// Longer than drain.timeout (10 min): the drain gives up, the node
+		// is put back and tries again later.
+		w.at(func() {
+			app := fmt.Sprintf("app-%d", w.intn(max(w.o.Nodes/2, 1)))
+			d := w.draw(Span{11 * time.Minute, 20 * time.Minute})
+			w.tracef("api", "the budget of %s refuses every eviction for %s (fault)", app, d.Round(time.Second))
+			w.mu.Lock()
+			w.stuck[app] = time.Now().Add(d)
+			w.mu.Unlock()
+		})
 	}
 }
 

@@ -13,11 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kured-host/kured-host/daemon"
+	"github.com/kured-host/kured-host/daemon/block"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/drain"
 	"github.com/kured-host/kured-host/daemon/events"
 	"github.com/kured-host/kured-host/daemon/kube"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/marks"
+	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/test/sim/api"
 )
 
@@ -56,6 +59,9 @@ type Host struct {
 	shuttingDown bool
 	// neededSince is when the current need for a reboot appeared.
 	neededSince time.Time
+	// blockedUntil: a blocker says no until then (Unix nanoseconds;
+	// atomic, so that a fault set within the store's lock takes no other).
+	blockedUntil atomic.Int64
 }
 
 // instance is one run of the daemon process.
@@ -312,9 +318,15 @@ func (h *Host) startDaemon() {
 			}
 			return kube.NodeReadyIn(ctx, c.Kube, h.Name, boot)
 		},
-		Events: &events.Recorder{Client: c.Kube, Host: h.Name, Now: h.now},
-		Node:   h.Name,
-		Now:    h.now,
+		Events:  &events.Recorder{Client: c.Kube, Host: h.Name, Now: h.now},
+		Node:    h.Name,
+		Now:     h.now,
+		Metrics: metrics.New(),
+		// kured's marks, as the package writes them: patches to the
+		// Node that race with the claim's writes.
+		Marks: &marks.Marker{Client: c.Kube, Node: h.Name, Annotate: true,
+			Pre: map[string]string{"sim.kured-host.dev/rebooting": "true"}, Post: map[string]string{"sim.kured-host.dev/rebooting": "false"}},
+		Blockers: []block.Blocker{h},
 	}
 	h.w.goSafe(func() {
 		defer close(inst.done)
@@ -366,6 +378,20 @@ func (h *Host) restartDaemon(pause time.Duration) {
 		}
 	}
 }
+
+// Kind and Check make the host a blocker (a maintenance window, an alert,
+// a pod that must not go: whatever it is), on while the Blocked fault says.
+func (h *Host) Kind() string { return "sim" }
+
+func (h *Host) Check(context.Context) (string, error) {
+	if time.Now().UnixNano() < h.blockedUntil.Load() {
+		return "blocked for a while (fault)", nil
+	}
+	return "", nil
+}
+
+// blockFor makes the host's blocker say no for d from now.
+func (h *Host) blockFor(d time.Duration) { h.blockedUntil.Store(time.Now().Add(d).UnixNano()) }
 
 type noNotify struct{}
 

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -198,6 +199,155 @@ func TestRegressions(t *testing.T) {
 			}
 			if before > 30 {
 				t.Errorf("%s asked to reboot after %d other nodes", last, before)
+			}
+		},
+	}, {
+		// A budget that refuses every eviction for longer than the
+		// drain's time-out (10 min): the drain gives up, the node is
+		// put back as it was (aborted, uncordoned) and goes again once
+		// the budget allows.
+		name: "a drain that times out",
+		opts: func() Options {
+			o := base(2)
+			o.Setup = func(w *World) {
+				for i := range max(w.o.Nodes/2, 1) {
+					w.stuck[fmt.Sprintf("app-%d", i)] = time.Now().Add(12 * time.Minute)
+				}
+			}
+			return o
+		},
+		fired: func(w *World, res Result) bool { return w.store.Events()["DrainFailed"] > 0 },
+	}, {
+		// A blocker says no right after the commit: the slot is given
+		// back before the cordon (checkRelease allows that release), and
+		// the node goes once the blocker is gone.
+		name: "blocked right after taking the slot",
+		opts: func() Options {
+			o := base(2)
+			o.Script = func(w *World) {
+				interposeOnce(w, func(r api.Revision, c claim.Claim) (func(*corev1.Node), bool) {
+					if c.State != claim.Entering {
+						return nil, false
+					}
+					w.host(r.Node.Name).blockFor(2 * time.Minute)
+					w.tracef(r.Node.Name, "a blocker says no for 2m0s, just after it announced (scenario)")
+					return nil, true
+				})
+			}
+			return o
+		},
+		fired: traced("a blocker says no"),
+		check: func(t *testing.T, w *World, res Result) {
+			gaveBack := false
+			var prev map[string]*corev1.Node = map[string]*corev1.Node{}
+			for _, r := range w.store.Revisions() {
+				p := prev[r.Node.Name]
+				if p != nil && untouched(p) && r.Node.Labels[claim.Label] == "" && r.By == api.NodeIdentity(r.Node.Name) {
+					gaveBack = true
+				}
+				prev[r.Node.Name] = r.Node
+			}
+			if !gaveBack {
+				t.Error("no slot given back before the cordon while blocked")
+			}
+		},
+	}, {
+		// kured-host killed and restarted in each phase of one node's
+		// cycle, right after the phase was recorded: it resumes there.
+		name: "a restart in each phase",
+		opts: func() Options {
+			o := base(2)
+			o.ReleaseDelay = 20 * time.Second
+			o.Script = func(w *World) {
+				// Killed at its next request after the phase's record,
+				// before the step the phase names.
+				var kill atomic.Bool
+				seen := map[claim.Phase]bool{} // under the store's lock
+				w.store.Faults.Interpose = func(r api.Revision) func(*corev1.Node) {
+					c, err := claim.Parse(r.Node.Labels[claim.Label], r.Node.Annotations[claim.Annotation])
+					if err == nil && c.State == claim.Holding && r.Node.Name == "n00" && !seen[c.Phase] {
+						seen[c.Phase] = true
+						kill.Store(true)
+					}
+					return nil
+				}
+				w.store.Faults.Before = func(r api.Request) error {
+					if r.Who != api.NodeIdentity("n00") || !kill.CompareAndSwap(true, false) {
+						return nil
+					}
+					h := w.host("n00")
+					w.goSafe(func() { h.restartDaemon(2 * time.Second) })
+					return api.ErrSevered
+				}
+			}
+			return o
+		},
+		fired: func(w *World, res Result) bool {
+			n := 0
+			for _, line := range res.Trace {
+				if strings.Contains(line, "n00") && strings.Contains(line, "kured-host killed") {
+					n++
+				}
+			}
+			// Most phases; a kill may land after the next phase is
+			// written, or on a machine already going down.
+			return n >= 4
+		},
+	}, {
+		// An admin breaks the claim just after the announce (the label
+		// alone back to waiting); the daemon removes what it cannot
+		// read; between its read and that removal the admin sets the
+		// label alone to holding. The removal conflicts, and the claim,
+		// now unreadable and saying it holds, is left alone (S3) until
+		// the admin removes it 5 minutes later. CI's seed 151 found it.
+		name: "an unreadable claim turned holding during its removal",
+		opts: func() Options {
+			o := base(2)
+			o.Script = func(w *World) {
+				var stage atomic.Int32  // 1: broken; 2: turned holding
+				var broken atomic.Value // the node's name
+				interposeOnce(w, func(r api.Revision, c claim.Claim) (func(*corev1.Node), bool) {
+					if c.State != claim.Entering {
+						return nil, false
+					}
+					broken.Store(r.Node.Name)
+					stage.Store(1)
+					w.tracef(r.Node.Name, "the admin sets the label alone back to waiting, just after it announced (scenario)")
+					return func(n *corev1.Node) { n.Labels[claim.Label] = string(claim.Waiting) }, true
+				})
+				w.store.Faults.Before = func(r api.Request) error {
+					name, _ := broken.Load().(string)
+					if !r.Write() || r.Resource != "nodes" || r.Who != api.NodeIdentity(name) || !stage.CompareAndSwap(1, 2) {
+						return nil
+					}
+					w.tracef(name, "the admin sets the label alone to holding, just before the daemon's next write (scenario)")
+					_ = w.store.UpdateNode(name, api.Admin, func(n *corev1.Node) { n.Labels[claim.Label] = string(claim.Holding) })
+					w.goSafe(func() {
+						if sleep(w.ctx, 5*time.Minute) == nil {
+							w.tracef(name, "the admin removes the unreadable claim (scenario)")
+							_ = w.store.UpdateNode(name, api.Admin, func(n *corev1.Node) {
+								delete(n.Labels, claim.Label)
+								delete(n.Annotations, claim.Annotation)
+							})
+						}
+					})
+					return nil
+				}
+			}
+			return o
+		},
+		fired: traced("the admin removes the unreadable claim"),
+		check: func(t *testing.T, w *World, res Result) {
+			prev := map[string]*corev1.Node{}
+			for _, r := range w.store.Revisions() {
+				p := prev[r.Node.Name]
+				changed := p != nil && (r.Node.Labels[claim.Label] != p.Labels[claim.Label] || r.Node.Annotations[claim.Annotation] != p.Annotations[claim.Annotation])
+				if changed && p.Labels[claim.Label] == string(claim.Holding) && r.By == api.NodeIdentity(r.Node.Name) {
+					if _, err := claim.Parse(p.Labels[claim.Label], p.Annotations[claim.Annotation]); err != nil {
+						t.Errorf("rv %d: %s changed its unreadable holding claim: %s", r.RV, r.Node.Name, summary(r.Node))
+					}
+				}
+				prev[r.Node.Name] = r.Node
 			}
 		},
 	}}

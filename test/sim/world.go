@@ -60,13 +60,15 @@ type World struct {
 	outageUntil time.Time
 	// idle records the idle-slot episodes reported.
 	idle map[string]bool
+	// stuck: each app's budget refuses every eviction until then.
+	stuck map[string]time.Time
 }
 
 // New builds the world of o (nothing runs until Run).
 func New(o Options) *World {
 	w := &World{
 		o: o, store: api.NewStore(), rng: rand.New(rand.NewPCG(uint64(o.Seed), 0x5eed)),
-		logs: newLogs(), unavailable: map[string]int{}, lastState: map[string]string{}, heldIn: map[string]string{}, lastNode: map[string]*corev1.Node{}, idle: map[string]bool{},
+		logs: newLogs(), unavailable: map[string]int{}, lastState: map[string]string{}, heldIn: map[string]string{}, lastNode: map[string]*corev1.Node{}, idle: map[string]bool{}, stuck: map[string]time.Time{},
 	}
 	return w
 }
@@ -373,7 +375,7 @@ func summary(n *corev1.Node) string {
 // checkRelease: a node gives up a slot it held only once the kubelet
 // reports the boot the node is in now, Ready, and that boot is not the
 // one it took the slot in; or after it gave up before rebooting (aborted,
-// the node left as it found it). Only its own writes count: an admin who
+// the node left as it found it), or before doing anything with it. Only its own writes count: an admin who
 // removes a claim, or deletes the Node, frees the slot by design.
 func (w *World) checkRelease(r api.Revision, prev *corev1.Node) {
 	n := r.Node
@@ -395,7 +397,7 @@ func (w *World) checkRelease(r api.Revision, prev *corev1.Node) {
 	if holding || !was || r.By != api.NodeIdentity(n.Name) || r.Deleted {
 		return
 	}
-	if prev != nil && aborted(prev) {
+	if prev != nil && (aborted(prev) || untouched(prev)) {
 		return
 	}
 	now, _ := h.boot.Load().(string)
@@ -405,6 +407,13 @@ func (w *World) checkRelease(r api.Revision, prev *corev1.Node) {
 	case n.Status.NodeInfo.BootID != now || !nodeReady(n):
 		w.violate("%s released its slot while its Node shows boot %q (ready %v) and the host is in boot %q", n.Name, n.Status.NodeInfo.BootID, nodeReady(n), now)
 	}
+}
+
+// untouched: the slot was taken and nothing done with it yet (a blocker
+// that said no right after the commit gives it back before the cordon).
+func untouched(n *corev1.Node) bool {
+	c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation])
+	return err == nil && c.State == claim.Holding && c.Phase == claim.PhaseAcquired
 }
 
 func aborted(n *corev1.Node) bool {
@@ -474,7 +483,7 @@ func (w *World) budget(p *corev1.Pod) error {
 	app := p.Labels["app"]
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.unavailable[app] >= 1 {
+	if w.unavailable[app] >= 1 || time.Now().Before(w.stuck[app]) {
 		return apierrors.NewTooManyRequestsError("Cannot evict pod as it would violate the pod's disruption budget.")
 	}
 	w.unavailable[app]++
