@@ -17,10 +17,16 @@ if [ "$("$go" list -f '{{.Stale}}' ./demo)" = true ]; then
 	echo "Building the demo. If this is the first build on this machine it compiles"
 	echo "Kubernetes' API server: about 20 minutes and 3 GB of memory on 2 cores."
 	echo "Later builds take seconds."
-	"$go" build -v -o "$out" ./demo 2>&1 | awk -v total="$total" '
+	# On a terminal the count redraws one line; elsewhere (a log, CI) it
+	# prints a plain line every 100 packages.
+	tty=0
+	if [ -t 1 ]; then tty=1; fi
+	"$go" build -v -o "$out" ./demo 2>&1 | awk -v total="$total" -v tty="$tty" '
 		/^#|:[0-9]+:/ { print; next }   # compiler messages pass through
-		{ n++; printf "\r  %4d of at most %d packages compiled  %-48.48s", n, total, $0; fflush() }
-		END { if (n) print "" }'
+		{ n++
+		  if (tty) { printf "\r  %4d of at most %d packages compiled  %-48.48s", n, total, $0; fflush() }
+		  else if (n % 100 == 0) { printf "  %d of at most %d packages compiled\n", n, total; fflush() } }
+		END { if (n && tty) print ""; else if (n) printf "  %d packages compiled\n", n }'
 else
 	"$go" build -o "$out" ./demo
 fi
