@@ -142,12 +142,6 @@ func Start(opts Options) (cp *ControlPlane, err error) {
 		"--disable-admission-plugins=ServiceAccount",
 		"--client-ca-file=" + caFile,
 		"--endpoint-reconciler-type=none",
-		// Also the bound on the graceful shutdown (requests in flight,
-		// connections with streams open): 60 s by default, which every
-		// test package and the demo waited out in silence at the end.
-		// No request of the tests comes near it; watches have their own
-		// bound (--min-request-timeout).
-		"--request-timeout=5s",
 	}
 	if opts.AuditLog {
 		audit, err := cp.auditFlags()

@@ -173,6 +173,22 @@ func TestMixedConfiguration(t *testing.T) {
 		specs = append(specs, hostSpec{name: fmt.Sprintf("mixed-%d", i), limits: limits(conc, 0), hold: 300 * time.Millisecond})
 	}
 	f := newFleet(t, ctx, specs)
+	// The concurrency-1 nodes join first: while their claims wait or
+	// hold, their limit binds every node (waiting claimants' limits
+	// bind); once they are done, the concurrency-3 nodes overlap.
+	for _, name := range []string{"mixed-0", "mixed-3"} {
+		if err := f.host(name).SetRebootRequired(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cluster.WaitFor(t, ctx, "the concurrency-1 nodes in the queue", 20*time.Millisecond, func() bool {
+		for _, name := range []string{"mixed-0", "mixed-3"} {
+			if st, _, _ := cp.ClaimOf(t, ctx, name); st == "" && f.host(name).Boots() < 2 {
+				return false
+			}
+		}
+		return true
+	})
 	f.rebootAll()
 	f.waitDone(ctx, f.hosts, 2)
 	f.check(ctx, limits(3, 0)) // includes CheckPublishedLimits
