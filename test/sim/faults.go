@@ -179,10 +179,7 @@ func (w *World) interpose(n int) {
 		case c.State == claim.Holding && (c.Phase == claim.PhaseCordoned || c.Phase == claim.PhaseDraining || c.Phase == claim.PhaseDrained):
 			left--
 			w.tracef(name, "the admin removes the claim, just after it recorded %s (fault)", c.Phase)
-			return func(n *corev1.Node) {
-				delete(n.Labels, claim.Label)
-				delete(n.Annotations, claim.Annotation)
-			}
+			return removeClaim
 		}
 		return nil
 	}
@@ -207,8 +204,7 @@ func (w *World) adminEdit() {
 		switch edit {
 		case 0:
 			what = "removes the claim"
-			delete(n.Labels, claim.Label)
-			delete(n.Annotations, claim.Annotation)
+			removeClaim(n)
 		case 1:
 			states := []claim.State{claim.Waiting, claim.Entering, claim.Holding}
 			to := states[w.intn(len(states))]
@@ -250,12 +246,17 @@ func (w *World) adminEdit() {
 		lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]
 		c, err := claim.Parse(lv, ann)
 		if (err != nil && (lv != "" || ann != "")) || (err == nil && c.Updated.After(time.Now().Add(time.Minute))) {
-			delete(n.Labels, claim.Label)
-			delete(n.Annotations, claim.Annotation)
+			removeClaim(n)
 			fixed = true
 		}
 	})
 	if fixed {
 		w.tracef(h.Name, "the admin removes the claim left unreadable")
 	}
+}
+
+// removeClaim is an admin's removal of a claim: label and annotation.
+func removeClaim(n *corev1.Node) {
+	delete(n.Labels, claim.Label)
+	delete(n.Annotations, claim.Annotation)
 }

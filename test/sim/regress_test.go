@@ -92,15 +92,7 @@ func TestRegressions(t *testing.T) {
 					}
 					name := r.Node.Name
 					w.tracef(name, "the admin writes a garbage claim annotation (scenario)")
-					w.goSafe(func() {
-						if sleep(w.ctx, 10*time.Minute) == nil {
-							w.tracef(name, "the admin removes the unreadable claim (scenario)")
-							_ = w.store.UpdateNode(name, api.Admin, func(n *corev1.Node) {
-								delete(n.Labels, claim.Label)
-								delete(n.Annotations, claim.Annotation)
-							})
-						}
-					})
+					w.goSafe(func() { adminRemovesAfter(w, name, 10*time.Minute) })
 					return func(n *corev1.Node) { n.Annotations[claim.Annotation] = "{not json" }, true
 				})
 			}
@@ -140,10 +132,7 @@ func TestRegressions(t *testing.T) {
 						return nil, false
 					}
 					w.tracef(r.Node.Name, "the admin removes the claim, just after it recorded cordoned (scenario)")
-					return func(n *corev1.Node) {
-						delete(n.Labels, claim.Label)
-						delete(n.Annotations, claim.Annotation)
-					}, true
+					return removeClaim, true
 				})
 			}
 			return o
@@ -322,15 +311,7 @@ func TestRegressions(t *testing.T) {
 					}
 					w.tracef(name, "the admin sets the label alone to holding, just before the daemon's next write (scenario)")
 					_ = w.store.UpdateNode(name, api.Admin, func(n *corev1.Node) { n.Labels[claim.Label] = string(claim.Holding) })
-					w.goSafe(func() {
-						if sleep(w.ctx, 5*time.Minute) == nil {
-							w.tracef(name, "the admin removes the unreadable claim (scenario)")
-							_ = w.store.UpdateNode(name, api.Admin, func(n *corev1.Node) {
-								delete(n.Labels, claim.Label)
-								delete(n.Annotations, claim.Annotation)
-							})
-						}
-					})
+					w.goSafe(func() { adminRemovesAfter(w, name, 5*time.Minute) })
 					return nil
 				}
 			}
@@ -400,6 +381,15 @@ func interposeOnce(w *World, f func(api.Revision, claim.Claim) (edit func(*corev
 		edit, fired := f(r, c)
 		done = fired
 		return edit
+	}
+}
+
+// adminRemovesAfter is the admin answering the UnreadableClaim alarm: the
+// claim on node is removed d from now.
+func adminRemovesAfter(w *World, node string, d time.Duration) {
+	if sleep(w.ctx, d) == nil {
+		w.tracef(node, "the admin removes the unreadable claim (scenario)")
+		_ = w.store.UpdateNode(node, api.Admin, removeClaim)
 	}
 }
 
