@@ -142,6 +142,12 @@ func Start(opts Options) (cp *ControlPlane, err error) {
 		"--disable-admission-plugins=ServiceAccount",
 		"--client-ca-file=" + caFile,
 		"--endpoint-reconciler-type=none",
+		// Without it, stopping waits out the HTTP server's shutdown timeout,
+		// which is --request-timeout (60 s) whenever a client still holds a
+		// watch; with it, the server drains the short requests and gives
+		// the rest 2 s. Lowering --request-timeout instead would also cut
+		// short slow requests under load, which etcd's client then retries.
+		"--shutdown-send-retry-after=true",
 	}
 	if opts.AuditLog {
 		audit, err := cp.auditFlags()
