@@ -1,0 +1,139 @@
+package daemon
+
+// The ways out of the cycle other than a release after a reboot: an
+// abort, a lost claim, an unreadable one.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/kured-host/kured-host/daemon/alarm"
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/drain"
+	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/notify"
+)
+
+// unreadable handles an own claim that cannot be read: garbage, another
+// version, a label and an annotation that disagree (an admin's edit of one
+// of them). A waiting or entering one stands for nothing this daemon has
+// done: it is removed, and the node starts over. A holding one (or a state
+// this daemon does not write) may stand for a cordon, a drain, a reboot
+// asked for: the daemon never guesses what it was, never releases it nor
+// uncordons on it, and says so until an admin fixes or removes it; the
+// other nodes count it as holding meanwhile. (Removed, a cordon of
+// kured-host's is undone from its annotation.)
+func (d *Daemon) unreadable(ctx context.Context, log *slog.Logger, state claim.State, why error) error {
+	if state == claim.Waiting || state == claim.Entering {
+		log.Warn("own claim cannot be read; removing it and starting over", "state", string(state), "err", why)
+		d.event(ctx, log, "Warning", alarm.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it was "+string(state)+", so it was removed and the node starts over")
+		return d.Lock.Release(ctx)
+	}
+	d.setStateMetric("unreadable")
+	status := "own claim cannot be read; keeping it until an admin fixes or removes it: " + firstLine(why.Error())
+	d.mu.Lock()
+	same := d.managerStatus == status
+	d.mu.Unlock()
+	if !same {
+		log.Error("own claim cannot be read; leaving it alone (no release, no uncordon) until an admin fixes or removes it", "state", string(state), "err", why)
+		d.event(ctx, log, "Warning", alarm.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it counts as holding a reboot slot. kured-host leaves it alone: fix or remove it (kubectl label/annotate node "+d.Node+" "+claim.Label+"-)")
+	}
+	d.setManagerStatus(status)
+	if err := d.waitChange(ctx, d.recheck()); err != nil {
+		return err
+	}
+	_, _, err := d.Lock.Own(ctx)
+	if err != nil && !errors.Is(err, claim.ErrUnparsable) {
+		return err
+	}
+	return nil
+}
+
+// abort gives the slot back after a failed drain: uncordon if we cordoned,
+// record the abort, release, and wait before trying again.
+func (d *Daemon) abort(ctx context.Context, log *slog.Logger, c claim.Claim, cause error) error {
+	log.Error("drain failed; uncordoning and giving the slot back", "err", cause)
+	d.event(ctx, log, "Warning", ReasonDrainFailed, "Drain failed, node uncordoned and slot given back: "+firstLine(cause.Error()))
+	d.message(ctx, notify.Failure, "drain failed: "+firstLine(cause.Error()))
+	d.setManagerStatus("drain failed: " + firstLine(cause.Error()))
+	if err := d.finishAbort(ctx, log, c); err != nil {
+		return err
+	}
+	wait := min(d.Config.Sentinel.Period.Std(), 5*time.Minute)
+	log.Info("trying again later", "in", wait)
+	return sleep(ctx, wait)
+}
+
+func (d *Daemon) finishAbort(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	if d.cordonedByUs(c) {
+		if err := d.uncordon(ctx, log, "Uncordoned: the reboot was given up"); err != nil {
+			return err
+		}
+	}
+	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.Cancelled(ctx) })
+	if c.Phase != claim.PhaseAborted {
+		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase, c.Cordoned = claim.PhaseAborted, false }); err != nil {
+			return d.lost(ctx, log, c, err)
+		}
+	}
+	if err := d.Lock.Release(ctx); err != nil {
+		return err
+	}
+	d.holding = nil
+	d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back without rebooting")
+	return nil
+}
+
+// lostIf handles an error from a claim write.
+func (d *Daemon) lostIf(ctx context.Context, log *slog.Logger, c claim.Claim, err error) error {
+	if err == nil {
+		return nil
+	}
+	return d.lost(ctx, log, c, err)
+}
+
+// lost handles an error that may say the claim is gone.
+func (d *Daemon) lost(ctx context.Context, log *slog.Logger, c claim.Claim, err error) error {
+	if !errors.Is(err, lock.ErrLost) {
+		return err
+	}
+	return d.lostPath(ctx, log, c, err.Error())
+}
+
+// lostPath: the claim is gone before the reboot. Stop, put the node back
+// as it was (uncordon if kured-host cordoned it), report, and start over;
+// a lost claim is never recreated as holding.
+func (d *Daemon) lostPath(ctx context.Context, log *slog.Logger, c claim.Claim, why string) error {
+	d.holding = nil
+	log.Warn("the slot is no longer ours before the reboot; stopping and starting over", "why", why)
+	d.event(ctx, log, "Warning", ReasonSlotLost, "The reboot slot was taken away before the reboot (claim removed or changed by someone else); starting over")
+	if c.Cordoned || d.Lock.Annotation(drain.CordonAnnotation) != "" {
+		if err := d.uncordon(ctx, log, "Uncordoned: the reboot slot was lost"); err != nil {
+			return err
+		}
+	}
+	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.Cancelled(ctx) })
+	_, _, rerr := d.Lock.Own(ctx)
+	if rerr != nil && !errors.Is(rerr, claim.ErrUnparsable) {
+		return rerr
+	}
+	return nil
+}
+
+// cordonedByUs reports whether kured-host cordoned the node: the claim
+// says so, or the cordon's own annotation does.
+func (d *Daemon) cordonedByUs(c claim.Claim) bool {
+	return c.Cordoned || d.Lock.Annotation(drain.CordonAnnotation) != ""
+}
+
+// uncordon makes the node schedulable again and says why.
+func (d *Daemon) uncordon(ctx context.Context, log *slog.Logger, why string) error {
+	if err := d.Drainer.Uncordon(ctx); err != nil {
+		return err
+	}
+	log.Info("uncordoned")
+	d.event(ctx, log, "Normal", ReasonUncordoned, why)
+	return nil
+}

@@ -1,0 +1,123 @@
+package daemon
+
+// Holding a slot in a new boot: the reboot happened; resume and release.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/host"
+	"github.com/kured-host/kured-host/daemon/notify"
+)
+
+// afterReboot: the boot ID changed, so the reboot happened. Wait for the
+// node to be Ready and healthy, uncordon if we cordoned, wait the release
+// delay and release. After any boot, planned or not, in any phase (the
+// release delay included), the slot is freed only once the kubelet
+// reports this boot Ready: a second, unplanned reboot starts that wait
+// over.
+func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	d.setStateMetric("rebooted")
+	if c.Phase != claim.PhaseRebooted && c.Phase != claim.PhaseReleasing {
+		// The claim's last write before the reboot was the request.
+		down := d.Now().Sub(c.Updated)
+		log.Info("back after the reboot", "previous_boot", c.BootID, "since_reboot_requested", down.Round(time.Second))
+		if d.Metrics != nil && c.Phase == claim.PhaseRebooting && down > 0 {
+			d.Metrics.RebootDuration.Observe(down.Seconds())
+		}
+		var err error
+		if c, err = d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseRebooted }); err != nil {
+			return err
+		}
+		d.event(ctx, log, "Normal", ReasonRebooted, fmt.Sprintf("Rebooted: back %s after asking (boot %.8s before)", down.Round(time.Second), c.BootID))
+	}
+	if err := d.waitHealthy(ctx, log); err != nil {
+		return err
+	}
+	if c.Phase == claim.PhaseRebooted {
+		d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) })
+		if d.cordonedByUs(c) {
+			if err := d.uncordon(ctx, log, "Uncordoned after the reboot"); err != nil {
+				return err
+			}
+		}
+		d.message(ctx, notify.Uncordon, "")
+	}
+	if delay := d.Config.Lock.ReleaseDelay.Std(); delay > 0 {
+		d.setManagerStatus(fmt.Sprintf("rebooted; holding the slot for the release delay (%s)", delay))
+	}
+	if err := d.Lock.ReleaseAfter(ctx, d.Config.Lock.ReleaseDelay.Std()); err != nil {
+		return err
+	}
+	log.Info("reboot done; slot released")
+	d.event(ctx, log, "Normal", ReasonSlotReleased, "Reboot done; reboot slot released")
+	d.setStateMetric("idle")
+	d.setManagerStatus("idle: rebooted")
+	return nil
+}
+
+// waitHealthy waits until the Node is Ready in this boot and the health command (if
+// any) passes, reporting once if it takes longer than health.timeout. The
+// slot stays held meanwhile.
+func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
+	began := d.Now()
+	reported := false
+	last := ""
+	for {
+		ready, why, err := d.Ready(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("cannot read the node's Ready condition", "err", err)
+			why = "cannot read the Node"
+		}
+		healthy := ready
+		if ready && (d.Health != nil || len(d.Config.Health.Command) > 0) {
+			healthy, why = d.health(ctx)
+		}
+		if healthy {
+			return nil
+		}
+		d.setManagerStatus("rebooted; waiting: " + why)
+		if why != last {
+			log.Info("rebooted; keeping the slot until the node is healthy", "why", why)
+			last = why
+		}
+		if !reported && d.Now().Sub(began) > d.Config.Health.Timeout.Std() {
+			waited := d.Now().Sub(began).Round(time.Second)
+			log.Error("not healthy long after the reboot; keeping the slot", "waited", waited, "why", why)
+			d.countError("health")
+			d.event(ctx, log, "Warning", ReasonHealthCheckFailed, fmt.Sprintf("Not healthy %s after the reboot, keeping the slot until it is: %s", waited, why))
+			d.message(ctx, notify.Failure, fmt.Sprintf("not healthy %s after the reboot: %s", waited, why))
+			reported = true
+		}
+		if err := sleep(ctx, 2*time.Second); err != nil {
+			return err
+		}
+	}
+}
+
+// health runs the health check once. One run may take at most
+// health.timeout, the time the node may take to be healthy after the
+// boot: a run still going then is killed and counts as not healthy.
+func (d *Daemon) health(ctx context.Context) (bool, string) {
+	check := d.Health
+	if check == nil {
+		check = HealthCommand(d.Config.Health.Command)
+	}
+	if err := check(ctx, d.Config.Health.Timeout.Std()); err != nil {
+		return false, "health " + err.Error()
+	}
+	return true, ""
+}
+
+// HealthCommand is the health check of health.command: one run of argv
+// (host.Command: its process group killed after timeout, a process it
+// leaves behind not waited for, its output bounded and escaped).
+func HealthCommand(argv []string) func(ctx context.Context, timeout time.Duration) error {
+	return func(ctx context.Context, timeout time.Duration) error {
+		_, err := host.Command{Argv: argv, Timeout: timeout}.Run(ctx)
+		return err
+	}
+}

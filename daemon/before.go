@@ -1,0 +1,214 @@
+package daemon
+
+// Holding a slot in the boot that took it: cordon, drain, record the
+// reboot, ask for it.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/kured-host/kured-host/daemon/block"
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/notify"
+)
+
+// beforeReboot advances a holder in the boot in which it took the slot,
+// one phase of the cycle per call: each phase is recorded in the claim
+// before the step it names, so that a restart resumes there.
+func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Claim, boot string) error {
+	switch c.Phase {
+	case claim.PhaseAcquired:
+		return d.cordon(ctx, log, c)
+	case claim.PhaseCordoned:
+		return d.startDrain(ctx, log, c)
+	case claim.PhaseDraining:
+		return d.drain(ctx, log, c)
+	case claim.PhaseDrained, claim.PhaseRebooting:
+		return d.requestReboot(ctx, log, c, boot)
+	case claim.PhaseAborted:
+		return d.finishAbort(ctx, log, c)
+	}
+	// A phase that belongs after a reboot, in the same boot: the claim
+	// was written by something else. Give the slot back as it stands.
+	log.Warn("own claim is in a phase that needs a reboot first; releasing it", "phase", string(c.Phase))
+	return d.finishAbort(ctx, log, c)
+}
+
+// cordon: the slot was just taken. The blockers are checked again right
+// before the first disruptive step (blocked: the slot is given back), the
+// claim confirmed, and whether the node was already unschedulable recorded
+// before it is cordoned.
+func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	d.setStateMetric("draining")
+	d.setQueuePositionMetric(-1)
+	blocked := block.Check(ctx, d.Blockers)
+	d.setBlockersMetric(blocked)
+	if len(blocked) > 0 {
+		d.reportBlocked(ctx, log, blocked)
+		log.Info("blocked after taking the slot; giving it back", "blocked_by", block.Summary(blocked))
+		if err := d.Lock.Release(ctx); err != nil {
+			return err
+		}
+		d.holding = nil
+		d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back before cordoning: blocked by "+block.Summary(blocked))
+		return nil
+	}
+	if _, err := d.Lock.Confirm(ctx); err != nil {
+		return d.lost(ctx, log, c, err)
+	}
+	was, err := d.Drainer.Unschedulable(ctx)
+	if err != nil {
+		return err
+	}
+	// Recorded before cordoning: a restart in between must not take
+	// our cordon for the admin's.
+	if _, err := d.Lock.Update(ctx, func(c *claim.Claim) {
+		c.Phase, c.WasUnschedulable, c.Cordoned = claim.PhaseCordoned, was, !was
+	}); err != nil {
+		return d.lost(ctx, log, c, err)
+	}
+	d.setManagerStatus("holding a reboot slot: cordoning")
+	if !was {
+		if _, err := d.Drainer.Cordon(ctx); err != nil {
+			return err
+		}
+		log.Info("cordoned")
+		d.event(ctx, log, "Normal", ReasonCordoned, "Cordoned for the reboot")
+	} else {
+		d.event(ctx, log, "Normal", ReasonCordoned, "Already unschedulable; it will stay so after the reboot")
+	}
+	return nil
+}
+
+// startDrain: cordoned. It redoes a cordon a restart may have cut short,
+// marks the node (kured's annotations), sends the drain message, waits
+// drain.delay and records the drain.
+func (d *Daemon) startDrain(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	d.setStateMetric("draining")
+	if c.Cordoned {
+		// A restart between the record and the cordon: the cordon
+		// is a disruptive step, confirmed first like the others.
+		if _, err := d.Lock.Confirm(ctx); err != nil {
+			return d.lost(ctx, log, c, err)
+		}
+		if _, err := d.Drainer.Cordon(ctx); err != nil {
+			return err
+		}
+	}
+	// Here rather than at the cordon so that a restart in between
+	// still marks the node: these writes are idempotent.
+	d.mark(ctx, log, "reboot in progress", func(m Marker) error { return m.Started(ctx, d.Now()) })
+	d.message(ctx, notify.Drain, "")
+	if delay := d.Config.Drain.Delay.Std(); delay > 0 {
+		d.setManagerStatus(fmt.Sprintf("holding a reboot slot: draining in %s", delay))
+		if err := sleep(ctx, delay); err != nil {
+			return err
+		}
+	}
+	_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseDraining })
+	return d.lostIf(ctx, log, c, err)
+}
+
+// drain evicts the pods, each eviction confirmed; a failed drain gives the
+// slot back (abort) unless drain.force_reboot.
+func (d *Daemon) drain(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	if _, err := d.Lock.Confirm(ctx); err != nil {
+		return d.lost(ctx, log, c, err)
+	}
+	d.setStateMetric("draining")
+	d.setManagerStatus("holding a reboot slot: draining")
+	began := d.Now()
+	if err := d.Drainer.Drain(ctx); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		if _, st := d.Lock.Known(); st != claim.Holding || d.Lock.Unreadable() != nil {
+			// An eviction's confirmation found the slot gone.
+			return d.lostPath(ctx, log, c, "the claim went away during the drain: "+firstLine(err.Error()))
+		}
+		d.drainTook("failed", began)
+		d.countError("drain")
+		if !d.Config.Drain.ForceReboot {
+			return d.abort(ctx, log, c, err)
+		}
+		log.Warn("drain failed; rebooting anyway (drain.force_reboot)", "err", err)
+		d.event(ctx, log, "Warning", ReasonDrainFailed, "Drain failed; rebooting anyway (drain.force_reboot): "+firstLine(err.Error()))
+		d.message(ctx, notify.Failure, "drain failed, rebooting anyway: "+firstLine(err.Error()))
+	} else {
+		took := d.drainTook("ok", began)
+		log.Info("drained", "took", took.Round(time.Millisecond))
+		d.event(ctx, log, "Normal", ReasonDrained, fmt.Sprintf("Drained in %s", took.Round(time.Second)))
+	}
+	_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseDrained })
+	return d.lostIf(ctx, log, c, err)
+}
+
+// requestReboot: drained. After reboot.delay, the claim is confirmed and
+// the reboot recorded with this boot's ID, then asked for.
+func (d *Daemon) requestReboot(ctx context.Context, log *slog.Logger, c claim.Claim, boot string) error {
+	if c.Phase == claim.PhaseDrained {
+		if delay := d.Config.Reboot.Delay.Std(); delay > 0 {
+			d.setManagerStatus(fmt.Sprintf("holding a reboot slot: rebooting in %s", delay))
+			if err := sleep(ctx, delay); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := d.Lock.Confirm(ctx); err != nil {
+		return d.lost(ctx, log, c, err)
+	}
+	if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase, c.BootID = claim.PhaseRebooting, boot }); err != nil {
+		return d.lost(ctx, log, c, err)
+	}
+	return d.reboot(ctx, log, boot)
+}
+
+// reboot asks for the reboot, and again if the machine is still up after
+// reboot.timeout.
+func (d *Daemon) reboot(ctx context.Context, log *slog.Logger, boot string) error {
+	d.setStateMetric("rebooting")
+	d.setManagerStatus("holding a reboot slot: rebooting")
+	log.Info("rebooting")
+	d.event(ctx, log, "Normal", ReasonRebooting, fmt.Sprintf("Rebooting (%s; boot %.8s)", d.rebootMethod(), boot))
+	d.message(ctx, notify.Reboot, "")
+	asked := d.Now()
+	for {
+		if err := d.Rebooter.Reboot(ctx); err != nil {
+			if ctx.Err() == nil {
+				d.countError("reboot")
+				d.event(ctx, log, "Warning", ReasonRebootFailed, "The reboot was refused, trying again: "+firstLine(err.Error()))
+				d.message(ctx, notify.Failure, "the reboot was refused: "+firstLine(err.Error()))
+			}
+			return fmt.Errorf("reboot: %w", err)
+		}
+		if err := sleep(ctx, d.Config.Reboot.Timeout.Std()); err != nil {
+			return err
+		}
+		late := d.Now().Sub(asked).Round(time.Second)
+		log.Error("still up after asking for a reboot; asking again", "asked", late)
+		d.countError("reboot")
+		d.event(ctx, log, "Warning", ReasonRebootOverdue, fmt.Sprintf("Still up %s after asking for a reboot; asking again", late))
+		d.message(ctx, notify.Failure, fmt.Sprintf("still up %s after asking for a reboot", late))
+		d.setManagerStatus(fmt.Sprintf("holding a reboot slot: reboot overdue (asked %s ago)", late))
+	}
+}
+
+func (d *Daemon) rebootMethod() string {
+	if d.Config.Reboot.Method == config.RebootCommand {
+		return "command " + strings.Join(d.Config.Reboot.Command, " ")
+	}
+	return "systemd-logind"
+}
+
+// drainTook records a drain's duration.
+func (d *Daemon) drainTook(result string, began time.Time) time.Duration {
+	took := d.Now().Sub(began)
+	if d.Metrics != nil {
+		d.Metrics.DrainDuration.WithLabelValues(result).Observe(took.Seconds())
+	}
+	return took
+}

@@ -1,0 +1,199 @@
+package daemon
+
+// No claim, or a waiting one: join the queue once a reboot is needed and
+// nothing blocks it, take a slot, or leave the queue.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kured-host/kured-host/daemon/block"
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/lock"
+)
+
+func (d *Daemon) setNeeded(needed bool, err error, log *slog.Logger) {
+	d.mu.Lock()
+	changed := needed != d.needed || (err == nil) != (d.sentErr == nil)
+	d.needed, d.sentErr = needed, err
+	d.mu.Unlock()
+	if d.Metrics != nil {
+		v := 0.0
+		if needed {
+			v = 1
+		}
+		d.Metrics.RebootRequired.WithLabelValues(d.Node).Set(v)
+	}
+	if !changed {
+		return
+	}
+	switch {
+	case err != nil:
+		log.Error("cannot tell whether a reboot is needed", "sentinel", d.Sentinel.String(), "err", err)
+		d.countError("sentinel")
+	case needed:
+		log.Info("reboot needed", "sentinel", d.Sentinel.String())
+	default:
+		log.Info("no reboot needed", "sentinel", d.Sentinel.String())
+	}
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Daemon) rebootNeeded() (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.needed, d.sentErr
+}
+
+// idle: join the queue once a reboot is needed and nothing blocks it.
+func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
+	d.setStateMetric("idle")
+	d.setQueuePositionMetric(-1)
+	needed, err := d.rebootNeeded()
+	switch {
+	case err != nil:
+		d.setManagerStatus("cannot tell whether a reboot is needed: " + firstLine(err.Error()))
+		return d.waitChange(ctx, d.recheck())
+	case !needed:
+		d.toldNeeded = false
+		d.setBlockersMetric(nil)
+		d.setManagerStatus("idle: no reboot needed")
+		return d.waitChange(ctx, time.Hour)
+	}
+	if !d.toldNeeded {
+		d.toldNeeded = true
+		d.event(ctx, log, "Normal", ReasonRebootRequired, "A reboot is needed: "+d.Sentinel.String())
+		d.mark(ctx, log, "reboot needed", func(m Marker) error { return m.Needed(ctx, d.Now()) })
+	}
+	blocked := block.Check(ctx, d.Blockers)
+	d.setBlockersMetric(blocked)
+	if len(blocked) > 0 {
+		d.setStateMetric("blocked")
+		d.reportBlocked(ctx, log, blocked)
+		return d.waitChange(ctx, d.recheck())
+	}
+	d.setManagerStatus("reboot needed: joining the queue")
+	if err := d.Lock.Join(ctx); err != nil {
+		return err
+	}
+	d.event(ctx, log, "Normal", ReasonWaitingForSlot, "Joined the queue for a reboot slot ("+limitsText(d.Config.Lock)+", or stricter limits published by other nodes)")
+	return nil
+}
+
+func limitsText(c config.LockConfig) string {
+	s := fmt.Sprintf("at most %d node(s) of the cluster at once", c.Concurrency)
+	for _, g := range c.Groups {
+		s += fmt.Sprintf(", %d per %s", g.Max, g.Label)
+	}
+	return s
+}
+
+func (d *Daemon) reportBlocked(ctx context.Context, log *slog.Logger, blocked []block.Blocked) {
+	s := block.Summary(blocked)
+	d.mu.Lock()
+	same := d.managerStatus == "reboot needed; waiting: "+s
+	d.mu.Unlock()
+	if !same {
+		log.Info("reboot needed but blocked", "blocked_by", s)
+		d.event(ctx, log, "Normal", ReasonBlocked, "Reboot needed but waiting: "+s)
+	}
+	d.setManagerStatus("reboot needed; waiting: " + s)
+}
+
+// acquire takes a slot, leaving the queue if the reboot is no longer
+// needed or becomes blocked while waiting.
+func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		c, err := d.Lock.Acquire(actx)
+		if err == nil {
+			waited := d.Now().Sub(c.Since)
+			if d.Metrics != nil {
+				d.Metrics.SlotWait.Observe(max(waited, 0).Seconds())
+			}
+			d.event(ctx, log, "Normal", ReasonSlotAcquired, fmt.Sprintf("Took a reboot slot after waiting %s", waited.Round(time.Second)))
+		}
+		done <- err
+	}()
+	tick := time.NewTicker(min(d.recheck(), 5*time.Second))
+	defer tick.Stop()
+	lastBlockers := d.Now()
+	for {
+		select {
+		case err := <-done:
+			if errors.Is(err, lock.ErrLost) || errors.Is(err, lock.ErrNotJoined) {
+				log.Warn("the claim went away while waiting; starting over", "err", err)
+				_, _, err = d.Lock.Own(ctx)
+			}
+			return err
+		case <-d.changed:
+		case <-tick.C:
+		}
+		d.showQueue(d.Lock.Status())
+		needed, nerr := d.rebootNeeded()
+		var blocked []block.Blocked
+		if nerr == nil && needed && d.Now().Sub(lastBlockers) >= d.recheck() {
+			blocked = block.Check(ctx, d.Blockers)
+			d.setBlockersMetric(blocked)
+			lastBlockers = d.Now()
+		}
+		if nerr == nil && needed && len(blocked) == 0 {
+			continue
+		}
+		// Leave the queue: stop acquiring, then withdraw if still waiting.
+		cancel()
+		<-done
+		return d.leaveQueue(ctx, log, blocked)
+	}
+}
+
+// showQueue tells the operator where the node is in the queue, and why.
+func (d *Daemon) showQueue(st lock.Status) {
+	switch {
+	case st.State == claim.Waiting && st.Position >= 0:
+		d.setStateMetric("waiting")
+		d.setQueuePositionMetric(st.Position)
+		d.setManagerStatus(fmt.Sprintf("waiting for a reboot slot: %d ahead (%s)", st.Position, st.Reason))
+	case st.State == claim.Entering:
+		d.setStateMetric("entering")
+		d.setQueuePositionMetric(0)
+		d.setManagerStatus("taking a reboot slot: " + st.Reason)
+	default:
+		d.setStateMetric("waiting")
+		d.setManagerStatus("waiting for a reboot slot")
+	}
+}
+
+// leaveQueue withdraws a waiting claim: the reboot is no longer needed, or
+// blocked. A claim that got further meanwhile stays: the holder's checks
+// take over.
+func (d *Daemon) leaveQueue(ctx context.Context, log *slog.Logger, blocked []block.Blocked) error {
+	_, state, err := d.Lock.Own(ctx)
+	if err != nil {
+		return err
+	}
+	if state != claim.Waiting {
+		return nil
+	}
+	why := "the reboot is no longer needed"
+	if len(blocked) > 0 {
+		why = "blocked: " + block.Summary(blocked)
+		d.reportBlocked(ctx, log, blocked)
+	}
+	log.Info("leaving the queue", "reason", why)
+	if err := d.Lock.Release(ctx); err != nil {
+		return err
+	}
+	d.event(ctx, log, "Normal", ReasonLeftQueue, "Left the queue for a reboot slot: "+why)
+	d.setQueuePositionMetric(-1)
+	return nil
+}
