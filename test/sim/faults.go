@@ -144,6 +144,24 @@ func (w *World) startFaults() {
 			})
 		}
 	}
+	if f.RebootStall {
+		// logind refuses (a polkit rule, a busy shutdown) or the machine
+		// hangs on its way down (a stuck unit): the daemon asks again,
+		// after the step's back-off or after reboot.timeout (15 min),
+		// and keeps its slot meanwhile.
+		for range 1 + w.intn(2) {
+			h := w.randomHost()
+			if w.chance(0.5) {
+				n := 1 + w.intn(3)
+				h.refuse.Add(int32(n))
+				w.tracef(h.Name, "logind will refuse its next %d reboot request(s) (fault)", n)
+			} else {
+				d := w.draw(Span{16 * time.Minute, 25 * time.Minute})
+				h.stall.Store(int64(d))
+				w.tracef(h.Name, "its next reboot will hang for %s (fault)", d.Round(time.Second))
+			}
+		}
+	}
 	if f.StuckBudget && w.o.PodsPerNode > 0 {
 		// Longer than drain.timeout (10 min): the drain gives up, the node
 		// is put back and tries again later.

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -21,6 +22,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/metrics"
+	"github.com/kured-host/kured-host/daemon/notify"
 	"github.com/kured-host/kured-host/test/sim/api"
 )
 
@@ -62,6 +64,13 @@ type Host struct {
 	// blockedUntil: a blocker says no until then (Unix nanoseconds;
 	// atomic, so that a fault set within the store's lock takes no other).
 	blockedUntil atomic.Int64
+	// refuse is how many reboot requests logind refuses before one is
+	// taken; stall how long the machine stays up after the next request
+	// it takes (both set by the RebootStall fault).
+	refuse atomic.Int32
+	stall  atomic.Int64
+	// Messages counts the notifications the daemon sent, by kind.
+	Messages map[notify.Kind]int
 }
 
 // instance is one run of the daemon process.
@@ -179,6 +188,13 @@ func (h *Host) Reboot(ctx context.Context) error {
 		return fmt.Errorf("host %s is down", h.Name)
 	}
 	pending := h.shuttingDown
+	if !pending && h.refuse.Load() > 0 {
+		h.refuse.Add(-1)
+		h.mu.Unlock()
+		h.w.rebootAsked(h)
+		h.w.tracef(h.Name, "logind refuses the reboot (fault)")
+		return errors.New("Interactive authentication required.")
+	}
 	h.shuttingDown = true
 	epoch := h.epoch
 	h.mu.Unlock()
@@ -187,8 +203,13 @@ func (h *Host) Reboot(ctx context.Context) error {
 		return nil
 	}
 	down := h.w.draw(h.w.o.DownTime)
+	upFor := time.Second
+	if s := time.Duration(h.stall.Swap(0)); s > 0 {
+		upFor = s
+		h.w.tracef(h.Name, "stays up %s after the reboot request (fault)", s.Round(time.Second))
+	}
 	h.w.goSafe(func() {
-		if sleep(h.w.ctx, time.Second) != nil {
+		if sleep(h.w.ctx, upFor) != nil {
 			return
 		}
 		h.mu.Lock()
@@ -327,6 +348,16 @@ func (h *Host) startDaemon() {
 		Marks: &marks.Marker{Client: c.Kube, Node: h.Name, Annotate: true,
 			Pre: map[string]string{"sim.kured-host.dev/rebooting": "true"}, Post: map[string]string{"sim.kured-host.dev/rebooting": "false"}},
 		Blockers: []block.Blocker{h},
+		Messages: h,
+		Watchdog: 3 * time.Minute,
+		// Handing back start-up pages is a host's business: here it
+		// fails now and then, which the daemon only reports.
+		Trim: func() (int64, error) {
+			if h.w.chance(0.5) {
+				return 0, errors.New("madvise: invalid argument")
+			}
+			return 4 << 20, nil
+		},
 	}
 	h.w.goSafe(func() {
 		defer close(inst.done)
@@ -396,6 +427,16 @@ func (h *Host) blockFor(d time.Duration) { h.blockedUntil.Store(time.Now().Add(d
 type noNotify struct{}
 
 func (noNotify) Notify(string) error { return nil }
+
+// Send counts the daemon's notifications (kured's chat messages).
+func (h *Host) Send(_ context.Context, kind notify.Kind, _ string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.Messages == nil {
+		h.Messages = map[notify.Kind]int{}
+	}
+	h.Messages[kind]++
+}
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

@@ -56,6 +56,7 @@ type FaultSet struct {
 	ClockOffsets bool // host clocks minutes off
 	Blocked      bool // a blocker says no on some hosts for a while
 	StuckBudget  bool // a budget refuses every eviction for longer than the drain's time-out
+	RebootStall  bool // logind refuses a reboot request, or the machine stays up past reboot.timeout
 }
 
 // Names lists the faults that are on.
@@ -69,6 +70,7 @@ func (f FaultSet) Names() []string {
 		{f.WatchLag, "watch-lag"}, {f.AdminEdits, "admin-edits"}, {f.NodeDelete, "node-delete"},
 		{f.Relabel, "relabel"}, {f.Unplanned, "unplanned-reboot"}, {f.SlowKubelet, "slow-kubelet"},
 		{f.Death, "death"}, {f.ClockOffsets, "clock-offsets"}, {f.Blocked, "blocked"}, {f.StuckBudget, "stuck-budget"},
+		{f.RebootStall, "reboot-stall"},
 	} {
 		if x.on {
 			out = append(out, x.name)
@@ -108,7 +110,7 @@ func Draw(seed int64) Options {
 		Crash: p(0.4), LostReply: p(0.3), Outage: p(0.25), WatchEnd: p(0.3), WatchLag: p(0.3),
 		AdminEdits: p(0.3), NodeDelete: p(0.15), Relabel: p(0.1), Unplanned: p(0.25),
 		SlowKubelet: p(0.3), Death: p(0.1), ClockOffsets: p(0.2),
-		Blocked: p(0.2), StuckBudget: p(0.15),
+		Blocked: p(0.2), StuckBudget: p(0.15), RebootStall: p(0.15),
 	}
 	if o.Faults.SlowKubelet {
 		o.KubeletDelay = Span{time.Second, 3 * time.Minute}

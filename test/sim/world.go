@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/notify"
 	"github.com/kured-host/kured-host/internal/audit"
 	"github.com/kured-host/kured-host/test/sim/api"
 )
@@ -578,10 +579,15 @@ func (w *World) finalChecks(done bool) {
 	}
 	for _, h := range w.Hosts {
 		h.mu.Lock()
-		dead := h.dead
+		dead, told := h.dead, h.Messages[notify.Reboot]
 		h.mu.Unlock()
 		if dead {
 			continue
+		}
+		if told < h.Planned {
+			// kured's "rebooting" notification comes before each reboot
+			// the daemon asks for.
+			w.violate("%s rebooted %d time(s) as planned and sent the reboot notification %d time(s)", h.Name, h.Planned, told)
 		}
 		switch {
 		case h.Planned > 1:
