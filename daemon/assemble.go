@@ -50,43 +50,62 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := kubernetes.NewForConfig(rest)
-	if err != nil {
+	c := Clients{ServerNow: clock.Now}
+	if c.Kube, err = kubernetes.NewForConfig(rest); err != nil {
 		return nil, fmt.Errorf("client for %s: %w", kc.Path, err)
 	}
-	meta, err := metadata.NewForConfig(rest)
-	if err != nil {
+	if c.Metadata, err = metadata.NewForConfig(rest); err != nil {
+		return nil, fmt.Errorf("client for %s: %w", kc.Path, err)
+	}
+	if c.Evictions, err = drain.EvictionClient(rest); err != nil {
 		return nil, fmt.Errorf("client for %s: %w", kc.Path, err)
 	}
 	node := cfg.Kubernetes.NodeName
 	if node == "" {
-		if node, err = kube.NodeName(ctx, client); err != nil {
+		if node, err = kube.NodeName(ctx, c.Kube); err != nil {
 			return nil, err
 		}
 	}
 	log.Info("connected", "kubeconfig", kc.Path, "found_by", kc.How, "server", rest.Host, "node", node)
-	if err := kube.CheckAccess(ctx, client); err != nil {
+	if err := kube.CheckAccess(ctx, c.Kube); err != nil {
 		return nil, err
 	}
-	m := metrics.New()
-	if addr := cfg.Metrics.Address; addr != "" {
-		if err := m.Serve(ctx, addr, log); err != nil {
-			return nil, err
-		}
-	}
-	logind := &host.BusLogind{Address: s.BusAddress}
-	tolerance, _ := cfg.Lock.ClockTolerance()
-	l := lock.New(lock.Options{
-		Client: client, Metadata: meta, Node: node, Limits: cfg.Lock.Limits(),
-		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
-		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
-		ServerNow: clock.Now, ClockTolerance: tolerance, BootID: s.Root.BootID, Log: log,
-		Alarms: &alarm.Report{Events: &events.Recorder{Client: client, Host: node}, Metrics: m, Log: log},
-	})
-	evictions, err := drain.EvictionClient(rest)
+	d, err := build(s, c, node)
 	if err != nil {
 		return nil, err
 	}
+	if addr := cfg.Metrics.Address; addr != "" {
+		if err := d.Metrics.Serve(ctx, addr, log); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// Clients are the API server, as the node's credentials reach it.
+type Clients struct {
+	Kube     kubernetes.Interface
+	Metadata metadata.Interface
+	// Evictions is Kube adjusted for the drain (drain.EvictionClient).
+	Evictions kubernetes.Interface
+	// ServerNow is the API server's time as its replies tell it.
+	ServerNow func() time.Time
+}
+
+// build wires the daemon of the configuration on node: what Assemble does
+// once connected, kept apart so that tests can check the wiring.
+func build(s Setup, c Clients, node string) (*Daemon, error) {
+	cfg, log := s.Config, s.Log
+	m := metrics.New()
+	logind := &host.BusLogind{Address: s.BusAddress}
+	tolerance, _ := cfg.Lock.ClockTolerance()
+	l := lock.New(lock.Options{
+		Client: c.Kube, Metadata: c.Metadata, Node: node, Limits: cfg.Lock.Limits(),
+		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
+		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
+		ServerNow: c.ServerNow, ClockTolerance: tolerance, BootID: s.Root.BootID, Log: log,
+		Alarms: &alarm.Report{Events: &events.Recorder{Client: c.Kube, Host: node}, Metrics: m, Log: log},
+	})
 	messages, err := notify.New(cfg.Notify, node, log)
 	if err != nil {
 		return nil, err
@@ -101,17 +120,17 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 	return &Daemon{
 		Config: cfg, Log: log, Manager: s.Manager, Lock: l, Node: node, Metrics: m,
 		Events: &events.Limited{
-			Sink: &events.Recorder{Client: client, Host: node}, Now: time.Now,
+			Sink: &events.Recorder{Client: c.Kube, Host: node}, Now: time.Now,
 			Repeat: time.Hour, Spacing: time.Minute,
 		},
 		Marks: &marks.Marker{
-			Client: client, Node: node, Annotate: cfg.Node.Annotate,
+			Client: c.Kube, Node: node, Annotate: cfg.Node.Annotate,
 			Pre: cfg.Node.PreRebootLabels, Post: cfg.Node.PostRebootLabels,
 		},
 		Messages: messenger(messages),
 		Sentinel: sentinelFor(cfg.Sentinel, s.Root),
-		Blockers: blockersFor(cfg, client, node, logind),
-		Drainer: &drain.Drainer{Client: evictions, Node: node, Log: log.With("component", "drain"), Options: drain.Options{
+		Blockers: blockersFor(cfg, c.Kube, node, logind),
+		Drainer: &drain.Drainer{Client: c.Evictions, Node: node, Log: log.With("component", "drain"), Options: drain.Options{
 			GracePeriod: cfg.Drain.GracePeriod.Std(), Timeout: cfg.Drain.Timeout.Std(),
 			PodSelector: cfg.Drain.PodSelector.Selector(), SkipWaitForDeleteTimeout: cfg.Drain.SkipWaitForDeleteTimeout.Std(),
 			DeleteEmptyDirData: cfg.Drain.DeleteEmptyDirData, EvictUnreplicated: cfg.Drain.EvictUnreplicated,
@@ -126,7 +145,7 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 			if err != nil {
 				return false, "", err
 			}
-			return kube.NodeReadyIn(ctx, client, node, boot)
+			return kube.NodeReadyIn(ctx, c.Kube, node, boot)
 		},
 	}, nil
 }
