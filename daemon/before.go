@@ -164,12 +164,13 @@ func (d *Daemon) requestReboot(ctx context.Context, log *slog.Logger, c claim.Cl
 	if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase, c.BootID = claim.PhaseRebooting, boot }); err != nil {
 		return d.lost(ctx, log, c, err)
 	}
-	return d.reboot(ctx, log, boot)
+	return d.reboot(ctx, log, c, boot)
 }
 
 // reboot asks for the reboot, and again if the machine is still up after
-// reboot.timeout.
-func (d *Daemon) reboot(ctx context.Context, log *slog.Logger, boot string) error {
+// reboot.timeout, once the claim is confirmed again: the slot may have
+// been taken away while the machine did not go down.
+func (d *Daemon) reboot(ctx context.Context, log *slog.Logger, c claim.Claim, boot string) error {
 	d.setStateMetric("rebooting")
 	d.setManagerStatus("holding a reboot slot: rebooting")
 	log.Info("rebooting")
@@ -187,6 +188,9 @@ func (d *Daemon) reboot(ctx context.Context, log *slog.Logger, boot string) erro
 		}
 		if err := sleep(ctx, d.Config.Reboot.Timeout.Std()); err != nil {
 			return err
+		}
+		if _, err := d.Lock.Confirm(ctx); err != nil {
+			return d.lost(ctx, log, c, err)
 		}
 		late := d.Now().Sub(asked).Round(time.Second)
 		log.Error("still up after asking for a reboot; asking again", "asked", late)

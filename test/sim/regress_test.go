@@ -241,6 +241,42 @@ func TestRegressions(t *testing.T) {
 			}
 		},
 	}, {
+		// The machine stays up after the reboot request (a stuck unit on
+		// the way down) and the admin removes the claim meanwhile: after
+		// reboot.timeout the daemon must not ask again without the slot
+		// (rebootAsked), but go through the lost path.
+		name: "claim removed while the reboot hangs",
+		opts: func() Options {
+			o := base(2)
+			o.Setup = func(w *World) {
+				for _, h := range w.Hosts {
+					h.stall.Store(int64(20 * time.Minute))
+				}
+			}
+			o.Script = func(w *World) {
+				interposeOnce(w, func(r api.Revision, c claim.Claim) (func(*corev1.Node), bool) {
+					if c.State != claim.Holding || c.Phase != claim.PhaseRebooting {
+						return nil, false
+					}
+					name := r.Node.Name
+					w.goSafe(func() {
+						if sleep(w.ctx, 5*time.Minute) == nil {
+							w.tracef(name, "the admin removes the claim while the reboot hangs (scenario)")
+							_ = w.store.UpdateNode(name, api.Admin, removeClaim)
+						}
+					})
+					return nil, true
+				})
+			}
+			return o
+		},
+		fired: traced("the admin removes the claim while the reboot hangs"),
+		check: func(t *testing.T, w *World, res Result) {
+			if n := w.store.Events()["SlotLost"]; n == 0 {
+				t.Error("no SlotLost event for the claim removed while the reboot hung")
+			}
+		},
+	}, {
 		// kured-host killed and restarted in each phase of one node's
 		// cycle, right after the phase was recorded: it resumes there.
 		name: "a restart in each phase",
