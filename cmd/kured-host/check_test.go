@@ -73,16 +73,7 @@ func fakeAPI(t *testing.T, skew time.Duration) *httptest.Server {
 // a fake API server and logind on a private bus: every check passes, and a
 // server clock six minutes off fails the clock check alone (exit 1).
 func TestCheckHost(t *testing.T) {
-	bus, err := logindtest.StartBus(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bus.Stop)
-	stand, err := logindtest.Serve(bus.Address, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stand.Close() })
+	stand := logindtest.Start(t)
 	root := t.TempDir()
 	for p, body := range map[string]string{"/proc/sys/kernel/random/boot_id": "b00t\n", "/run/.keep": ""} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
@@ -129,7 +120,7 @@ func TestCheckHost(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			args := []string{"check", "--config", example, "--host-root", root, "--system-bus", bus.Address,
+			args := []string{"check", "--config", example, "--host-root", root, "--system-bus", stand.Address,
 				"--kubeconfig", kubeconfig(fakeAPI(t, tt.skew).URL)}
 			if tt.quiet {
 				args = append(args, "--quiet")

@@ -161,6 +161,7 @@ func TestCheckFailsSafe(t *testing.T) {
 
 // TestInhibitors on a real private bus with the logind stand-in.
 func TestInhibitors(t *testing.T) {
+	// Its own bus, which the test stops.
 	bus, err := logindtest.StartBus(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +173,7 @@ func TestInhibitors(t *testing.T) {
 	}
 	defer stand.Close()
 	ctx := context.Background()
-	l, err := host.DialLogind(ctx, bus.Address)
+	l, err := host.DialLogind(ctx, stand.Address)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,16 +78,7 @@ func TestLogindOnARealBus(t *testing.T) {
 func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	bus, err := logindtest.StartBus(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Stop()
-	stand, err := logindtest.Serve(bus.Address, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stand.Close()
+	stand := logindtest.Start(t)
 	root := t.TempDir()
 	for p, body := range map[string]string{host.BootIDPath: "b00t\n", "/run/.keep": ""} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
@@ -117,7 +108,7 @@ func TestRun(t *testing.T) {
 				tt.config(&c)
 			}
 			var got []string
-			Run(ctx, Options{Config: c, Root: host.Root(root), BusAddress: bus.Address}, func(f Finding) {
+			Run(ctx, Options{Config: c, Root: host.Root(root), BusAddress: stand.Address}, func(f Finding) {
 				got = append(got, f.Level.String()+" "+f.Check)
 			})
 			if strings.Join(got, ", ") != strings.Join(tt.want, ", ") {

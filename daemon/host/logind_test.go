@@ -13,19 +13,10 @@ import (
 // the Reboot call arrives with interactive=false, a refusal is an error,
 // and blocking shutdown inhibitors are listed with who and why.
 func TestLogindOnARealBus(t *testing.T) {
-	bus, err := logindtest.StartBus(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Stop()
-	stand, err := logindtest.Serve(bus.Address, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stand.Close()
+	stand := logindtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := DialLogind(ctx, bus.Address)
+	l, err := DialLogind(ctx, stand.Address)
 	if err != nil {
 		t.Fatal(err)
 	}

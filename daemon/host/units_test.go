@@ -38,23 +38,14 @@ func TestSplitCommandLine(t *testing.T) {
 // processes of a running unit with their argv, none for a unit that is
 // not running or that systemd does not know.
 func TestUnitsOnARealBus(t *testing.T) {
-	bus, err := logindtest.StartBus(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Stop()
-	sd, err := logindtest.ServeSystemd(bus.Address)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sd.Close()
+	sd := logindtest.StartSystemd(t)
 	sd.SetUnit("kubelet.service",
 		logindtest.Process{Cgroup: "/system.slice/kubelet.service", PID: 812, Cmdline: `/usr/bin/kubelet "--kubeconfig=/etc/kubernetes/kubelet.conf"`},
 		logindtest.Process{Cgroup: "/system.slice/kubelet.service", PID: 2, Cmdline: "[kworker]"})
 	sd.SetUnit("rke2-agent.service")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	u := Units{Address: bus.Address}
+	u := Units{Address: sd.Address}
 
 	got, err := u.Processes(ctx, "kubelet.service")
 	if err != nil || len(got) != 1 || got[0].PID != 812 || !slices.Equal(got[0].Argv, []string{"/usr/bin/kubelet", "--kubeconfig=/etc/kubernetes/kubelet.conf"}) {

@@ -78,17 +78,8 @@ func mkdir(t *testing.T, root, p string, mode fs.FileMode) {
 // systemd starts a private bus with a systemd stand-in on it.
 func systemd(t *testing.T) (*logindtest.Systemd, host.Units) {
 	t.Helper()
-	bus, err := logindtest.StartBus(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bus.Stop)
-	sd, err := logindtest.ServeSystemd(bus.Address)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sd.Close() })
-	return sd, host.Units{Address: bus.Address}
+	sd := logindtest.StartSystemd(t)
+	return sd, host.Units{Address: sd.Address}
 }
 
 // apiServer answers /version on loopback and records the bearer token

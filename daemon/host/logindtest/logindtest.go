@@ -86,7 +86,9 @@ type Inhibitor struct {
 
 // Logind is the stand-in, owning org.freedesktop.login1 on a bus.
 type Logind struct {
-	conn *dbus.Conn
+	// Address is the bus it serves on.
+	Address string
+	conn    *dbus.Conn
 
 	mu          sync.Mutex
 	reboots     []bool // the interactive argument of each Reboot call
@@ -103,7 +105,7 @@ func Serve(address string, onReboot func()) (*Logind, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", address, err)
 	}
-	l := &Logind{conn: conn, onReboot: onReboot, canReboot: "yes"}
+	l := &Logind{Address: address, conn: conn, onReboot: onReboot, canReboot: "yes"}
 	if err := conn.Export(manager{l}, "/org/freedesktop/login1", "org.freedesktop.login1.Manager"); err != nil {
 		conn.Close()
 		return nil, err
@@ -189,4 +191,47 @@ func (m manager) CanReboot() (string, *dbus.Error) {
 	m.l.mu.Lock()
 	defer m.l.mu.Unlock()
 	return m.l.canReboot, nil
+}
+
+// T is what Start and StartSystemd need of a test (testing.TB).
+type T interface {
+	Helper()
+	TempDir() string
+	Cleanup(func())
+	Fatal(args ...any)
+}
+
+// Start runs a private bus with the logind stand-in on it for the rest
+// of the test; the stand-in's Address is the bus's.
+func Start(t T) *Logind {
+	t.Helper()
+	bus := startBus(t)
+	l, err := Serve(bus.Address, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// StartSystemd runs a private bus with systemd's stand-in on it for the
+// rest of the test; the stand-in's Address is the bus's.
+func StartSystemd(t T) *Systemd {
+	t.Helper()
+	bus := startBus(t)
+	s, err := ServeSystemd(bus.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func startBus(t T) *Bus {
+	bus, err := StartBus(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bus.Stop)
+	return bus
 }

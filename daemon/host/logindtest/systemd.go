@@ -18,7 +18,9 @@ type Process struct {
 // Systemd is a stand-in for systemd's Manager on a bus, answering
 // GetUnitProcesses from what the test sets.
 type Systemd struct {
-	conn *dbus.Conn
+	// Address is the bus it serves on.
+	Address string
+	conn    *dbus.Conn
 
 	mu    sync.Mutex
 	units map[string][]Process
@@ -31,7 +33,7 @@ func ServeSystemd(address string) (*Systemd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", address, err)
 	}
-	s := &Systemd{conn: conn, units: map[string][]Process{}}
+	s := &Systemd{Address: address, conn: conn, units: map[string][]Process{}}
 	if err := conn.Export(systemdManager{s}, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager"); err != nil {
 		conn.Close()
 		return nil, err
