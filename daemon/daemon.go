@@ -124,33 +124,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.changed = make(chan struct{}, 1)
 	log := d.Log.With("component", "daemon")
-	for _, line := range Plan(d.Config) {
-		log.Info(line)
-	}
-	if err := d.Lock.Start(ctx); err != nil {
+	if err := d.start(ctx, log); err != nil || ctx.Err() != nil {
 		return stopped(ctx, err)
-	}
-	if _, _, err := d.Lock.Own(ctx); err != nil && !errors.Is(err, claim.ErrUnparsable) {
-		return stopped(ctx, err)
-	}
-	first := make(chan struct{})
-	var once sync.Once
-	go sentinel.Watch(ctx, d.Sentinel, d.Config.Sentinel.Period.Std(), log, func(needed bool, err error) {
-		d.setNeeded(needed, err, log)
-		once.Do(func() { close(first) })
-	})
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-first:
-	}
-	d.tellManager("READY=1")
-	log.Info("ready", "node", d.Node)
-	if d.Trim != nil {
-		d.trim(log)
-	}
-	if d.Watchdog > 0 {
-		go d.watchdog(ctx)
 	}
 	failures := 0
 	for ctx.Err() == nil {
@@ -178,6 +153,40 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.tellManager("STOPPING=1")
 	log.Info("stopping", "reason", context.Cause(ctx))
+	return nil
+}
+
+// start prints the plan, starts the lock, reads the own claim and the
+// sentinel once, and tells systemd the daemon is ready.
+func (d *Daemon) start(ctx context.Context, log *slog.Logger) error {
+	for _, line := range Plan(d.Config) {
+		log.Info(line)
+	}
+	if err := d.Lock.Start(ctx); err != nil {
+		return err
+	}
+	if _, _, err := d.Lock.Own(ctx); err != nil && !errors.Is(err, claim.ErrUnparsable) {
+		return err
+	}
+	first := make(chan struct{})
+	var once sync.Once
+	go sentinel.Watch(ctx, d.Sentinel, d.Config.Sentinel.Period.Std(), log, func(needed bool, err error) {
+		d.setNeeded(needed, err, log)
+		once.Do(func() { close(first) })
+	})
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-first:
+	}
+	d.tellManager("READY=1")
+	log.Info("ready", "node", d.Node)
+	if d.Trim != nil {
+		d.trim(log)
+	}
+	if d.Watchdog > 0 {
+		go d.watchdog(ctx)
+	}
 	return nil
 }
 

@@ -48,59 +48,19 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 	if l.watch != nil {
 		return nil
 	}
+	nw, err := l.newNodeWatch()
+	if err != nil {
+		return fmt.Errorf("watch claimed nodes: %w", err)
+	}
 	base := l.base
 	if base == nil {
 		base = ctx
 	}
 	wctx, cancel := context.WithCancel(base)
-	// One informer on Nodes, not a SharedInformerFactory, which would
-	// link every API group's informers into the binary.
-	nodes := l.o.Client.CoreV1().Nodes()
-	inf := cache.NewSharedIndexInformer(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = claim.Label
-			return nodes.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = claim.Label
-			return nodes.Watch(ctx, o)
-		},
-	}, &corev1.Node{}, 0, cache.Indexers{})
-	if err := inf.SetTransform(slim); err != nil {
-		cancel()
-		return fmt.Errorf("watch claimed nodes: %w", err)
-	}
-	nw := &nodeWatch{lister: corelisters.NewNodeLister(inf.GetIndexer()), inf: inf}
-	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		nw.mu.Lock()
-		nw.broken, nw.brokenAt = true, inf.LastSyncResourceVersion()
-		nw.mu.Unlock()
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-	}); err != nil {
-		cancel()
-		return fmt.Errorf("watch claimed nodes: %w", err)
-	}
-	notify := func(any) { l.poke() }
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: notify, DeleteFunc: notify,
-		UpdateFunc: func(o, n any) {
-			// The kubelet's status reports change nothing the queue
-			// reads: wake only for a claim or readiness that changed.
-			if on, ok := o.(*corev1.Node); ok {
-				if nn, ok := n.(*corev1.Node); ok && sameForQueue(on, nn) {
-					return
-				}
-			}
-			notify(n)
-		},
-	}); err != nil {
-		cancel()
-		return fmt.Errorf("watch claimed nodes: %w", err)
-	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		inf.RunWithContext(wctx)
+		nw.inf.RunWithContext(wctx)
 	}()
 	stop := func() {
 		cancel()
@@ -109,7 +69,7 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 	synced := make(chan struct{})
 	go func() {
 		defer close(synced)
-		cache.WaitForCacheSync(wctx.Done(), inf.HasSynced)
+		cache.WaitForCacheSync(wctx.Done(), nw.inf.HasSynced)
 	}()
 	select {
 	case <-synced:
@@ -125,6 +85,54 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 	l.watch = nw
 	l.log.Debug("watching the claimed nodes")
 	return nil
+}
+
+// newNodeWatch builds the informer on the claimed Nodes, not yet running:
+// slimmed objects, a broken watch remembered, a wake-up only for a change
+// the queue reads.
+func (l *Lock) newNodeWatch() (*nodeWatch, error) {
+	// One informer on Nodes, not a SharedInformerFactory, which would
+	// link every API group's informers into the binary.
+	nodes := l.o.Client.CoreV1().Nodes()
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = claim.Label
+			return nodes.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = claim.Label
+			return nodes.Watch(ctx, o)
+		},
+	}, &corev1.Node{}, 0, cache.Indexers{})
+	if err := inf.SetTransform(slim); err != nil {
+		return nil, err
+	}
+	nw := &nodeWatch{lister: corelisters.NewNodeLister(inf.GetIndexer()), inf: inf}
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		nw.mu.Lock()
+		nw.broken, nw.brokenAt = true, inf.LastSyncResourceVersion()
+		nw.mu.Unlock()
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}); err != nil {
+		return nil, err
+	}
+	notify := func(any) { l.poke() }
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: notify, DeleteFunc: notify,
+		UpdateFunc: func(o, n any) {
+			// The kubelet's status reports change nothing the queue
+			// reads: wake only for a claim or readiness that changed.
+			if on, ok := o.(*corev1.Node); ok {
+				if nn, ok := n.(*corev1.Node); ok && sameForQueue(on, nn) {
+					return
+				}
+			}
+			notify(n)
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return nw, nil
 }
 
 // slim keeps of a watched Node what the queue reads (name, labels,
