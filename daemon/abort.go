@@ -51,8 +51,8 @@ func (d *Daemon) unreadable(ctx context.Context, log *slog.Logger, state claim.S
 	return nil
 }
 
-// abort gives the slot back after a failed drain: uncordon if we cordoned,
-// record the abort, release, and wait before trying again.
+// abort gives the slot back after a failed drain: record the abort,
+// uncordon if we cordoned, release, and wait before trying again.
 func (d *Daemon) abort(ctx context.Context, log *slog.Logger, c claim.Claim, cause error) error {
 	log.Error("drain failed; uncordoning and giving the slot back", "err", cause)
 	d.event(ctx, log, "Warning", ReasonDrainFailed, "Drain failed, node uncordoned and slot given back: "+firstLine(cause.Error()))
@@ -66,18 +66,21 @@ func (d *Daemon) abort(ctx context.Context, log *slog.Logger, c claim.Claim, cau
 	return sleep(ctx, wait)
 }
 
+// finishAbort records the abort before it uncordons: a step that fails
+// after the uncordon (its reply lost, a restart) then resumes the abort,
+// never the drain of a node that is schedulable again.
 func (d *Daemon) finishAbort(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	if c.Phase != claim.PhaseAborted {
+		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseAborted }); err != nil {
+			return d.lost(ctx, log, c, err)
+		}
+	}
 	if d.cordonedByUs(c) {
 		if err := d.uncordon(ctx, log, "Uncordoned: the reboot was given up"); err != nil {
 			return err
 		}
 	}
 	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.Cancelled(ctx) })
-	if c.Phase != claim.PhaseAborted {
-		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase, c.Cordoned = claim.PhaseAborted, false }); err != nil {
-			return d.lost(ctx, log, c, err)
-		}
-	}
 	if err := d.Lock.Release(ctx); err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ const (
 	PhaseRebooting Phase = "rebooting"  // reboot requested in boot BootID
 	PhaseRebooted  Phase = "rebooted"   // booted again; waiting for Ready and health
 	PhaseReleasing Phase = "releasing"  // uncordoned; waiting out the release delay
-	PhaseAborted   Phase = "aborted"    // gave up before the reboot (drain failed), uncordoned; releasing without a reboot
+	PhaseAborted   Phase = "aborted"    // gave up before the reboot (drain failed): uncordon, then release without a reboot
 	PhaseUnknown   Phase = "unparsable" // for claims that could not be read
 )
 

@@ -138,11 +138,7 @@ func TestRegressions(t *testing.T) {
 			return o
 		},
 		fired: traced("just after it recorded cordoned"),
-		check: func(t *testing.T, w *World, res Result) {
-			if n := w.store.Events()["SlotLost"]; n == 0 {
-				t.Error("no SlotLost event for the claim removed before the reboot")
-			}
-		},
+		check: wantEvent("SlotLost"),
 	}, {
 		// L3: forty nodes of zone-a wait, one at a time (zone max 1).
 		// Behind them, n40 of zone-b holds for minutes (its kubelet is
@@ -206,6 +202,54 @@ func TestRegressions(t *testing.T) {
 			return o
 		},
 		fired: func(w *World, res Result) bool { return w.store.Events()["DrainFailed"] > 0 },
+	}, {
+		// A drain times out and the daemon dies right after its uncordon
+		// was applied (a reply lost, a kill): the restarted daemon must
+		// finish the abort, not drain again and reboot a node that is
+		// schedulable again (seed 209 of the reboot-stall fault found it
+		// rebooting with a pod that had landed after the uncordon).
+		name: "killed right after the abort's uncordon",
+		opts: func() Options {
+			o := base(2)
+			o.Setup = func(w *World) {
+				// Past the drain's time-out (10 min from 1m), not much more: a
+				// second drain of the uncordoned node would end at once.
+				for i := range max(w.o.Nodes/2, 1) {
+					w.stuck[fmt.Sprintf("app-%d", i)] = time.Now().Add(11*time.Minute + 20*time.Second)
+				}
+			}
+			o.Script = func(w *World) {
+				var victim atomic.Value // the node's name
+				interposeOnce(w, func(r api.Revision, c claim.Claim) (func(*corev1.Node), bool) {
+					if c.State != claim.Holding || !c.Cordoned || r.Node.Spec.Unschedulable ||
+						(c.Phase != claim.PhaseDraining && c.Phase != claim.PhaseAborted) {
+						return nil, false
+					}
+					w.tracef(r.Node.Name, "kured-host will die at its next request, just after the abort's uncordon (scenario)")
+					victim.Store(r.Node.Name)
+					return nil, true
+				})
+				w.store.Faults.Before = func(r api.Request) error {
+					name, _ := victim.Load().(string)
+					if name == "" || r.Who != api.NodeIdentity(name) || !victim.CompareAndSwap(name, "") {
+						return nil
+					}
+					// Dead from this request on: nothing more it sends
+					// reaches the API, the Event of the uncordon included.
+					h := w.host(name)
+					h.mu.Lock()
+					inst := h.daemon
+					h.mu.Unlock()
+					if inst != nil {
+						inst.client.Sever()
+					}
+					w.goSafe(func() { h.restartDaemon(2 * time.Second) })
+					return api.ErrSevered
+				}
+			}
+			return o
+		},
+		fired: traced("just after the abort's uncordon"),
 	}, {
 		// A blocker says no right after the commit: the slot is given
 		// back before the cordon (checkRelease allows that release), and
@@ -271,11 +315,7 @@ func TestRegressions(t *testing.T) {
 			return o
 		},
 		fired: traced("the admin removes the claim while the reboot hangs"),
-		check: func(t *testing.T, w *World, res Result) {
-			if n := w.store.Events()["SlotLost"]; n == 0 {
-				t.Error("no SlotLost event for the claim removed while the reboot hung")
-			}
-		},
+		check: wantEvent("SlotLost"),
 	}, {
 		// kured-host killed and restarted in each phase of one node's
 		// cycle, right after the phase was recorded: it resumes there.
@@ -426,6 +466,15 @@ func adminRemovesAfter(w *World, node string, d time.Duration) {
 	if sleep(w.ctx, d) == nil {
 		w.tracef(node, "the admin removes the unreadable claim (scenario)")
 		_ = w.store.UpdateNode(node, api.Admin, removeClaim)
+	}
+}
+
+// wantEvent checks that an Event with reason was recorded.
+func wantEvent(reason string) func(*testing.T, *World, Result) {
+	return func(t *testing.T, w *World, _ Result) {
+		if w.store.Events()[reason] == 0 {
+			t.Errorf("no %s event", reason)
+		}
 	}
 }
 

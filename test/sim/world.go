@@ -451,6 +451,10 @@ func (w *World) rebootAsked(h *Host) {
 	if len(left) > 0 && !h.Cfg.Drain.ForceReboot {
 		w.violate("%s asked to reboot with %d pods not drained (%s)", h.Name, len(left), left[0].Name)
 	}
+	if n != nil && !n.Spec.Unschedulable {
+		// Drained but schedulable: new pods may land until it goes down.
+		w.violate("%s asked to reboot while schedulable", h.Name)
+	}
 	w.tracef(h.Name, "asks to reboot")
 }
 
