@@ -107,11 +107,24 @@ func (d *Daemon) lost(ctx context.Context, log *slog.Logger, c claim.Claim, err 
 
 // lostPath: the claim is gone before the reboot. Stop, put the node back
 // as it was (uncordon if kured-host cordoned it), report, and start over;
-// a lost claim is never recreated as holding.
+// a lost claim is never recreated as holding. A holding claim that is
+// still there but is not the one this daemon took (its times rewritten
+// by someone else) is not resumed either: it is given back as an abort,
+// recorded before the uncordon, so that the next step cannot take it up
+// again on a node that is schedulable by then.
 func (d *Daemon) lostPath(ctx context.Context, log *slog.Logger, c claim.Claim, why string) error {
 	d.holding = nil
 	log.Warn("the slot is no longer ours before the reboot; stopping and starting over", "why", why)
 	d.event(ctx, log, "Warning", ReasonSlotLost, "The reboot slot was taken away before the reboot (claim removed or changed by someone else); starting over")
+	if _, state := d.Lock.Known(); state == claim.Holding && d.Lock.Unreadable() == nil {
+		changed, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseAborted })
+		switch {
+		case err == nil:
+			return d.finishAbort(ctx, log, changed)
+		case !errors.Is(err, lock.ErrLost):
+			return err
+		}
+	}
 	if c.Cordoned || d.Lock.Annotation(drain.CordonAnnotation) != "" {
 		if err := d.uncordon(ctx, log, "Uncordoned: the reboot slot was lost"); err != nil {
 			return err

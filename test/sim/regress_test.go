@@ -203,6 +203,28 @@ func TestRegressions(t *testing.T) {
 		},
 		fired: func(w *World, res Result) bool { return w.store.Events()["DrainFailed"] > 0 },
 	}, {
+		// The admin forges the times of a node's claim while it drains:
+		// the claim is still there, holding, but not the one the daemon
+		// took. The lost path uncordons; the claim must not be taken up
+		// again afterwards, by a reboot of the schedulable node (CI's
+		// seed 854 of 2000), but given back as an abort.
+		name: "claim's times forged during the drain",
+		opts: func() Options {
+			o := base(2)
+			o.Script = func(w *World) {
+				interposeOnce(w, func(r api.Revision, c claim.Claim) (func(*corev1.Node), bool) {
+					if c.State != claim.Holding || c.Phase != claim.PhaseDraining {
+						return nil, false
+					}
+					w.tracef(r.Node.Name, "the admin forges the claim's times an hour ahead, as it drains (scenario)")
+					return func(n *corev1.Node) { forgeTimes(n) }, true
+				})
+			}
+			return o
+		},
+		fired: traced("as it drains"),
+		check: wantEvent("SlotLost"),
+	}, {
 		// A drain times out and the daemon dies right after its uncordon
 		// was applied (a reply lost, a kill): the restarted daemon must
 		// finish the abort, not drain again and reboot a node that is
