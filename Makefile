@@ -14,7 +14,7 @@ SHELL_FILES := packaging/version.sh packaging/deb/postinst packaging/deb/prerm p
 export CGO_ENABLED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help demo build test unit fuzz lint sim package test-packages test-integration test-vm model-full bench-lock bench bench-idle tools clean
+.PHONY: help demo build test unit fuzz lint sim cover package test-packages test-integration test-vm model-full bench-lock bench bench-idle tools clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -43,6 +43,16 @@ fuzz: ## short fuzz runs of the claim parser and the lock's rules
 SEEDS ?= 1000
 sim: ## the simulator: SEEDS seeds (1000) of the real daemon under faults; SEED=N replays one
 	cd test/sim && SIM_SEEDS=$(SEEDS) SIM_SEED=$(SEED) $(GO) test -count=1 -timeout 30m -run '^TestSim$$'
+
+# The cycle and the lock in the product module: their own tests, the
+# simulator's regression scenarios and COVER_SEEDS seeds, one profile.
+COVER_SEEDS ?= 200
+cover: ## statement coverage of daemon and daemon/lock: unit tests, the simulator's scenarios and 200 seeds (about 1 minute)
+	@d=$$(mktemp -d) && \
+	  SIM_SEEDS=$(COVER_SEEDS) $(GO) test -count=1 -coverpkg=./daemon,./daemon/lock ./daemon ./daemon/lock ./test/sim \
+	    -args -test.gocoverdir=$$d >/dev/null && \
+	  $(GO) tool covdata percent -i=$$d -pkg=github.com/kured-host/kured-host/daemon,github.com/kured-host/kured-host/daemon/lock; \
+	  rc=$$?; rm -rf $$d; exit $$rc
 
 # staticcheck is pinned in tools/go.mod, as nfpm is.
 lint: tools ## gofmt, go vet, staticcheck and shellcheck

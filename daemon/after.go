@@ -13,39 +13,67 @@ import (
 	"github.com/kured-host/kured-host/daemon/notify"
 )
 
-// afterReboot: the boot ID changed, so the reboot happened. Wait for the
-// node to be Ready and healthy, uncordon if we cordoned, wait the release
-// delay and release. After any boot, planned or not, in any phase (the
-// release delay included), the slot is freed only once the kubelet
-// reports this boot Ready: a second, unplanned reboot starts that wait
-// over.
+// afterReboot: the boot ID changed, so the reboot happened. Record it,
+// resume (wait for the node to be Ready and healthy, uncordon if we
+// cordoned) and release after the release delay. After any boot, planned
+// or not, in any phase (the release delay included), the slot is freed
+// only once the kubelet reports this boot Ready: a second, unplanned
+// reboot starts that wait over.
 func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	d.setStateMetric("rebooted")
 	if c.Phase != claim.PhaseRebooted && c.Phase != claim.PhaseReleasing {
-		// The claim's last write before the reboot was the request.
-		down := d.Now().Sub(c.Updated)
-		log.Info("back after the reboot", "previous_boot", c.BootID, "since_reboot_requested", down.Round(time.Second))
-		if d.Metrics != nil && c.Phase == claim.PhaseRebooting && down > 0 {
-			d.Metrics.RebootDuration.Observe(down.Seconds())
-		}
 		var err error
-		if c, err = d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseRebooted }); err != nil {
+		if c, err = d.recordBack(ctx, log, c); err != nil {
 			return err
 		}
-		d.event(ctx, log, "Normal", ReasonRebooted, fmt.Sprintf("Rebooted: back %s after asking (boot %.8s before)", down.Round(time.Second), c.BootID))
 	}
+	if err := d.resume(ctx, log, c); err != nil {
+		return err
+	}
+	return d.release(ctx, log)
+}
+
+// recordBack records the reboot in the claim (rebooted) and how long the
+// machine was away.
+func (d *Daemon) recordBack(ctx context.Context, log *slog.Logger, c claim.Claim) (claim.Claim, error) {
+	// The claim's last write before the reboot was the request.
+	down := d.Now().Sub(c.Updated)
+	log.Info("back after the reboot", "previous_boot", c.BootID, "since_reboot_requested", down.Round(time.Second))
+	if d.Metrics != nil && c.Phase == claim.PhaseRebooting && down > 0 {
+		d.Metrics.RebootDuration.Observe(down.Seconds())
+	}
+	c, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseRebooted })
+	if err != nil {
+		return c, err
+	}
+	d.event(ctx, log, "Normal", ReasonRebooted, fmt.Sprintf("Rebooted: back %s after asking (boot %.8s before)", down.Round(time.Second), c.BootID))
+	return c, nil
+}
+
+// resume waits until the node is healthy in this boot, then (once per
+// reboot, in phase rebooted) puts it back: kured's mark, the uncordon if
+// kured-host cordoned, the notification.
+func (d *Daemon) resume(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	if err := d.waitHealthy(ctx, log); err != nil {
 		return err
 	}
-	if c.Phase == claim.PhaseRebooted {
-		d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) })
-		if d.cordonedByUs(c) {
-			if err := d.uncordon(ctx, log, "Uncordoned after the reboot"); err != nil {
-				return err
-			}
-		}
-		d.message(ctx, notify.Uncordon, "")
+	if c.Phase != claim.PhaseRebooted {
+		return nil
 	}
+	d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) })
+	if d.cordonedByUs(c) {
+		if err := d.uncordon(ctx, log, "Uncordoned after the reboot"); err != nil {
+			return err
+		}
+	}
+	d.message(ctx, notify.Uncordon, "")
+	return nil
+}
+
+// release frees the slot after the release delay, whose end
+// lock.ReleaseAfter writes into the claim first: a restart waits only
+// what is left of it.
+func (d *Daemon) release(ctx context.Context, log *slog.Logger) error {
 	if delay := d.Config.Lock.ReleaseDelay.Std(); delay > 0 {
 		d.setManagerStatus(fmt.Sprintf("rebooted; holding the slot for the release delay (%s)", delay))
 	}
