@@ -30,8 +30,12 @@ type nodeWatch struct {
 	brokenAt string
 }
 
-// stale reports whether the watch failed and has not caught up since.
+// stale reports whether the watch has not filled its cache yet, or failed
+// and has not caught up since.
 func (w *nodeWatch) stale() bool {
+	if !w.inf.HasSynced() {
+		return true
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.broken && w.inf.LastSyncResourceVersion() != w.brokenAt {
@@ -40,8 +44,17 @@ func (w *nodeWatch) stale() bool {
 	return w.broken
 }
 
+// syncWait is how long ensureWatch waits for the watch's cache to fill.
+// Started during an outage of the API server, its first List waits out
+// client-go's back-off (up to half a minute) after the server is back:
+// meanwhile the watch is stale and the queue is read directly, so that a
+// waiting node still takes a free slot within the bound docs/claims.md
+// states.
+const syncWait = 5 * time.Second
+
 // ensureWatch starts the watch of the claimed nodes if it is not running,
-// and returns once its cache is filled.
+// and returns once its cache is filled, or after syncWait with the watch
+// still filling (stale).
 func (l *Lock) ensureWatch(ctx context.Context) error {
 	l.watchMu.Lock()
 	defer l.watchMu.Unlock()
@@ -71,11 +84,15 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 		defer close(synced)
 		cache.WaitForCacheSync(wctx.Done(), nw.inf.HasSynced)
 	}()
+	wait := time.NewTimer(syncWait)
+	defer wait.Stop()
 	select {
 	case <-synced:
 	case <-ctx.Done():
 		stop()
 		return context.Cause(ctx)
+	case <-wait.C:
+		l.log.Debug("the watch of the claimed nodes is still filling its cache; reading the queue directly meanwhile")
 	}
 	if wctx.Err() != nil {
 		stop()
