@@ -25,20 +25,31 @@ type nodeWatch struct {
 	// brokenAt is the informer's resourceVersion when its watch last
 	// failed ("" when it has not): until it moves on, the cache may be
 	// behind by the length of an outage and client-go's back-off.
+	// failedAt is when it last failed: a watch that fails again and
+	// again (resumed from a version the server has compacted away, 410,
+	// each relist served from a cache behind it) moves its version on
+	// every relist without catching up.
 	mu       sync.Mutex
 	broken   bool
 	brokenAt string
+	failedAt time.Time
+	now      func() time.Time
 }
 
+// watchSettle is how long a watch must go without failing before its
+// cache is trusted again.
+const watchSettle = 10 * time.Second
+
 // stale reports whether the watch has not filled its cache yet, or failed
-// and has not caught up since.
+// and has not caught up since (its version moved on and it has not failed
+// for watchSettle).
 func (w *nodeWatch) stale() bool {
 	if !w.inf.HasSynced() {
 		return true
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.broken && w.inf.LastSyncResourceVersion() != w.brokenAt {
+	if w.broken && w.inf.LastSyncResourceVersion() != w.brokenAt && w.now().Sub(w.failedAt) >= watchSettle {
 		w.broken = false
 	}
 	return w.broken
@@ -124,10 +135,10 @@ func (l *Lock) newNodeWatch() (*nodeWatch, error) {
 	if err := inf.SetTransform(slim); err != nil {
 		return nil, err
 	}
-	nw := &nodeWatch{lister: corelisters.NewNodeLister(inf.GetIndexer()), inf: inf}
+	nw := &nodeWatch{lister: corelisters.NewNodeLister(inf.GetIndexer()), inf: inf, now: l.o.Now}
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		nw.mu.Lock()
-		nw.broken, nw.brokenAt = true, inf.LastSyncResourceVersion()
+		nw.broken, nw.brokenAt, nw.failedAt = true, inf.LastSyncResourceVersion(), nw.now()
 		nw.mu.Unlock()
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 	}); err != nil {
