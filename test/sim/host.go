@@ -193,7 +193,7 @@ func (h *Host) Reboot(ctx context.Context) error {
 		h.mu.Unlock()
 		h.w.rebootAsked(h)
 		h.w.tracef(h.Name, "logind refuses the reboot (fault)")
-		return errors.New("Interactive authentication required.")
+		return errors.New("interactive authentication required")
 	}
 	h.shuttingDown = true
 	epoch := h.epoch
