@@ -20,7 +20,7 @@ import (
 // with this node's own claim as this daemon knows it.
 func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 	var nodes []*corev1.Node
-	if w := l.watching(); w != nil && !w.stale() {
+	if w := l.watching(); w != nil && !w.stale() && !w.quiet() {
 		var err error
 		if nodes, err = w.lister.List(labels.Everything()); err != nil {
 			return nil, err
@@ -28,7 +28,8 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 	} else {
 		// Not watching, or the watch failed (an outage) and client-go's
 		// back-off may keep it behind for up to half a minute after the
-		// API server is back: read the queue itself.
+		// API server is back, or it has been quiet for a while: read the
+		// queue itself.
 		var err error
 		if nodes, err = l.listClaimed(ctx, "0"); err != nil {
 			return nil, err

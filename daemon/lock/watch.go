@@ -33,7 +33,22 @@ type nodeWatch struct {
 	broken   bool
 	brokenAt string
 	failedAt time.Time
-	now      func() time.Time
+	// lastEvent is when it last delivered a change (or filled its cache).
+	lastEvent time.Time
+	now       func() time.Time
+}
+
+// watchQuiet is how long a watch may deliver nothing before the queue is
+// read directly once more: a watch that stalls without failing (resumed
+// after a compaction, behind a lagging cache) must not hide a freed slot
+// for longer than the bound docs/claims.md states.
+const watchQuiet = 15 * time.Second
+
+// quiet reports whether the watch has delivered nothing for watchQuiet.
+func (w *nodeWatch) quiet() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.now().Sub(w.lastEvent) >= watchQuiet
 }
 
 // watchSettle is how long a watch must go without failing before its
@@ -144,7 +159,12 @@ func (l *Lock) newNodeWatch() (*nodeWatch, error) {
 	}); err != nil {
 		return nil, err
 	}
-	notify := func(any) { l.poke() }
+	notify := func(any) {
+		nw.mu.Lock()
+		nw.lastEvent = nw.now()
+		nw.mu.Unlock()
+		l.poke()
+	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: notify, DeleteFunc: notify,
 		UpdateFunc: func(o, n any) {
