@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/daemon/notify"
 	"github.com/kured-host/kured-host/daemon/sentinel"
+	"github.com/kured-host/kured-host/daemon/steer"
 )
 
 // Setup is what `kured-host run` gives Assemble besides the configuration.
@@ -99,12 +101,14 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 	m := metrics.New()
 	logind := &host.BusLogind{Address: s.BusAddress}
 	tolerance, _ := cfg.Lock.ClockTolerance()
+	orders := Orders(c.Kube, node)
 	l := lock.New(lock.Options{
 		Client: c.Kube, Metadata: c.Metadata, Node: node, Limits: cfg.Lock.Limits(),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		ServerNow: c.ServerNow, ClockTolerance: tolerance, BootID: s.Root.BootID, Log: log,
-		Alarms: &alarm.Report{Events: &events.Recorder{Client: c.Kube, Host: node}, Metrics: m, Log: log},
+		Alarms:      &alarm.Report{Events: &events.Recorder{Client: c.Kube, Host: node}, Metrics: m, Log: log},
+		MayAnnounce: MayAnnounce(orders),
 	})
 	messages, err := notify.New(cfg.Notify, node, log)
 	if err != nil {
@@ -129,7 +133,7 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 		},
 		Messages: messenger(messages),
 		Sentinel: sentinelFor(cfg.Sentinel, s.Root),
-		Blockers: blockersFor(cfg, c.Kube, node, logind),
+		Blockers: append(orders, blockersFor(cfg, c.Kube, node, logind)...),
 		Drainer: &drain.Drainer{Client: c.Evictions, Node: node, Log: log.With("component", "drain"), Options: drain.Options{
 			GracePeriod: cfg.Drain.GracePeriod.Std(), Timeout: cfg.Drain.Timeout.Std(),
 			PodSelector: cfg.Drain.PodSelector.Selector(), SkipWaitForDeleteTimeout: cfg.Drain.SkipWaitForDeleteTimeout.Std(),
@@ -173,6 +177,24 @@ func sentinelFor(c config.SentinelConfig, root host.Root) sentinel.Checker {
 		return sentinel.Command{Argv: c.Command, RebootCodes: c.RebootExitCodes, Timeout: c.CommandTimeout.Std()}
 	}
 	return sentinel.File{Path: root.Path(c.File)}
+}
+
+// Orders are an operator's orders from kubectl, as blockers: the
+// cluster's pause and this node's hold (daemon/steer).
+func Orders(client kubernetes.Interface, node string) []block.Blocker {
+	r := steer.Reader{Client: client, Node: node}
+	return []block.Blocker{steer.Paused{Reader: r}, steer.Held{Reader: r}}
+}
+
+// MayAnnounce asks the orders right before the lock announces: a pause or
+// a hold set since the last look stops the node before it takes a slot.
+func MayAnnounce(orders []block.Blocker) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if b := block.Check(ctx, orders); len(b) > 0 {
+			return errors.New(block.Summary(b))
+		}
+		return nil
+	}
 }
 
 func blockersFor(cfg config.Config, client kubernetes.Interface, node string, logind block.InhibitorLister) []block.Blocker {

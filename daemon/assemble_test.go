@@ -36,8 +36,8 @@ func TestBuild(t *testing.T) {
 			if want := (sentinel.File{Path: root.Path("/run/reboot-required")}); d.Sentinel != want {
 				t.Errorf("sentinel %#v, want %#v", d.Sentinel, want)
 			}
-			if got := blockerTypes(d.Blockers); got != "*block.Inhibitors" {
-				t.Errorf("blockers %s, want logind's inhibitors only", got)
+			if got := blockerTypes(d.Blockers); got != "steer.Paused steer.Held *block.Inhibitors" {
+				t.Errorf("blockers %s, want the operator's pause and hold, then logind's inhibitors", got)
 			}
 			if l, ok := d.Rebooter.(*host.BusLogind); !ok || l.Address != "unix:path=/test/bus" {
 				t.Errorf("rebooter %#v, want logind on the given bus", d.Rebooter)
@@ -85,14 +85,14 @@ urls = ["generic://127.0.0.1:9/hook?disabletls=yes"]
 			if !reflect.DeepEqual(d.Sentinel, want) {
 				t.Errorf("sentinel %#v, want %#v", d.Sentinel, want)
 			}
-			if got, want := blockerTypes(d.Blockers), "*block.Window *block.Pods *block.Alerts *block.Inhibitors"; got != want {
+			if got, want := blockerTypes(d.Blockers), "steer.Paused steer.Held *block.Window *block.Pods *block.Alerts *block.Inhibitors"; got != want {
 				t.Errorf("blockers %s, want %s", got, want)
 			}
-			if w := d.Blockers[0].(*block.Window); w.Start != 22*3600 || w.End != 4*3600 || w.Loc.String() != "Europe/Berlin" ||
+			if w := d.Blockers[2].(*block.Window); w.Start != 22*3600 || w.End != 4*3600 || w.Loc.String() != "Europe/Berlin" ||
 				!reflect.DeepEqual(w.Days, []time.Weekday{time.Sunday, time.Saturday}) && !reflect.DeepEqual(w.Days, []time.Weekday{time.Saturday, time.Sunday}) {
 				t.Errorf("window %+v", w)
 			}
-			if p := d.Blockers[1].(*block.Pods); len(p.Selectors) != 1 || p.Selectors[0].String() != "app=db" || p.Node != "node-1" {
+			if p := d.Blockers[3].(*block.Pods); len(p.Selectors) != 1 || p.Selectors[0].String() != "app=db" || p.Node != "node-1" {
 				t.Errorf("pod blocker %+v", p)
 			}
 			if r, ok := d.Rebooter.(host.CommandRebooter); !ok || !reflect.DeepEqual(r.Argv, []string{"/sbin/reboot", "now"}) || r.Timeout != 5*time.Minute {

@@ -48,6 +48,7 @@ type Locker interface {
 	Release(ctx context.Context) error
 	ReleaseAfter(ctx context.Context, delay time.Duration) error
 	Status() lock.Status
+	SetPaused(paused bool)
 }
 
 var _ Locker = (*lock.Lock)(nil)

@@ -18,6 +18,7 @@ const (
 	ReasonBlocked           = "Blocked"
 	ReasonWaitingForSlot    = "WaitingForSlot"
 	ReasonLeftQueue         = "LeftQueue"
+	ReasonPaused            = "Paused"
 	ReasonSlotAcquired      = "SlotAcquired"
 	ReasonCordoned          = "Cordoned"
 	ReasonDrained           = "Drained"
@@ -36,9 +37,10 @@ const (
 // is generated from it) and for anyone reading the code.
 var Reasons = []struct{ Reason, Type, When string }{
 	{ReasonRebootRequired, "Normal", "the sentinel says a reboot is needed"},
-	{ReasonBlocked, "Normal", "a reboot is needed but a blocker holds it back (window, pods, alerts, inhibitors); the message lists them"},
+	{ReasonBlocked, "Normal", "a reboot is needed but a blocker holds it back (window, pods, alerts, inhibitors, the cluster's pause, the node's hold); the message lists them"},
 	{ReasonWaitingForSlot, "Normal", "joined the queue for a reboot slot"},
-	{ReasonLeftQueue, "Normal", "left the queue: the reboot is no longer needed, or a blocker appeared while waiting"},
+	{ReasonLeftQueue, "Normal", "left the queue: the reboot is no longer needed, or a blocker appeared while waiting (a hold among them)"},
+	{ReasonPaused, "Normal", "its turn came, or it was waiting, while the cluster is paused (kured-host pause): it keeps its place in the queue and takes no slot until resumed"},
 	{ReasonSlotAcquired, "Normal", "holds a reboot slot; the message says how long it waited"},
 	{ReasonCordoned, "Normal", "cordoned (or found already unschedulable, and left so)"},
 	{ReasonDrained, "Normal", "every pod to evict is gone"},

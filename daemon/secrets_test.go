@@ -49,6 +49,7 @@ func (l *idleLock) Confirm(context.Context) (claim.Claim, error)      { return c
 func (l *idleLock) Release(context.Context) error                     { return errNotHere }
 func (l *idleLock) ReleaseAfter(context.Context, time.Duration) error { return errNotHere }
 func (l *idleLock) Status() lock.Status                               { return lock.Status{Position: -1} }
+func (l *idleLock) SetPaused(bool)                                    {}
 
 // needed is a sentinel that always says a reboot is needed.
 type needed struct{}

@@ -14,6 +14,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/steer"
 )
 
 func (d *Daemon) setNeeded(needed bool, err error, log *slog.Logger) {
@@ -139,9 +140,13 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 	for {
 		select {
 		case err := <-done:
-			if errors.Is(err, lock.ErrLost) || errors.Is(err, lock.ErrNotJoined) {
+			switch {
+			case errors.Is(err, lock.ErrLost) || errors.Is(err, lock.ErrNotJoined):
 				log.Warn("the claim went away while waiting; starting over", "err", err)
 				_, _, err = d.Lock.Own(ctx)
+			case errors.Is(err, lock.ErrRefused):
+				// Its turn, but paused or held: the blockers say which.
+				return d.refused(ctx, log)
 			}
 			return err
 		case <-d.changed:
@@ -153,7 +158,12 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 		if nerr == nil && needed && d.Now().Sub(lastBlockers) >= d.recheck() {
 			blocked = block.Check(ctx, d.Blockers)
 			d.setBlockersMetric(blocked)
+			d.Lock.SetPaused(steer.IsPaused(blocked))
 			lastBlockers = d.Now()
+			if steer.OnlyPaused(blocked) {
+				d.reportPaused(ctx, log, blocked)
+				continue
+			}
 		}
 		if nerr == nil && needed && len(blocked) == 0 {
 			continue
@@ -163,6 +173,38 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 		<-done
 		return d.leaveQueue(ctx, log, blocked)
 	}
+}
+
+// refused: the lock would have announced, but the pause or a hold said
+// no. Paused, the node keeps its place and looks again after the recheck;
+// anything else blocking it leaves the queue.
+func (d *Daemon) refused(ctx context.Context, log *slog.Logger) error {
+	blocked := block.Check(ctx, d.Blockers)
+	d.setBlockersMetric(blocked)
+	d.Lock.SetPaused(steer.IsPaused(blocked))
+	switch {
+	case len(blocked) == 0:
+		return nil // lifted meanwhile: try again at once
+	case steer.OnlyPaused(blocked):
+		d.reportPaused(ctx, log, blocked)
+		return d.waitChange(ctx, d.recheck())
+	}
+	return d.leaveQueue(ctx, log, blocked)
+}
+
+// reportPaused tells the operator that the node waits in its place for
+// the pause to end.
+func (d *Daemon) reportPaused(ctx context.Context, log *slog.Logger, blocked []block.Blocked) {
+	d.setStateMetric("paused")
+	s := "waiting for a reboot slot, in its place; " + block.Summary(blocked)
+	d.mu.Lock()
+	same := d.managerStatus == s
+	d.mu.Unlock()
+	if !same {
+		log.Info("paused: keeping the place in the queue", "blocked_by", block.Summary(blocked))
+		d.event(ctx, log, "Normal", ReasonPaused, "Reboot needed, waiting in its place in the queue: "+block.Summary(blocked))
+	}
+	d.setManagerStatus(s)
 }
 
 // showQueue tells the operator where the node is in the queue, and why.

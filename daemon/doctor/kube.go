@@ -17,6 +17,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/kube"
+	"github.com/kured-host/kured-host/daemon/steer"
 	"github.com/kured-host/kured-host/packaging"
 )
 
@@ -166,6 +167,9 @@ func Needs(node string) []Need {
 	needs := []Need{{
 		Verbs: []string{"get", "list", "watch"}, Attrs: authorizationv1.ResourceAttributes{Resource: "nodes"},
 		For: "to read every node's claim", Manifest: true,
+	}, {
+		Verbs: []string{"get"}, Attrs: authorizationv1.ResourceAttributes{Resource: "configmaps", Namespace: steer.Namespace, Name: steer.Name},
+		For: "to read an operator's pause (kured-host pause)", Manifest: true,
 	}}
 	if node == "" {
 		return needs
@@ -243,7 +247,11 @@ func permission(ctx context.Context, a Access, n Need) Finding {
 		f.Message += " (" + strings.Join(reasons, "; ") + ")"
 	}
 	if n.Manifest {
-		f.Message += ". Since Kubernetes 1.32 a node may read only its own Node unless a role allows more"
+		if n.Attrs.Resource == "nodes" {
+			f.Message += ". Since Kubernetes 1.32 a node may read only its own Node unless a role allows more"
+		} else {
+			f.Message += ". kured-host's RBAC manifest grants it (this version added it)"
+		}
 		f.Detail = "Apply this once per cluster (kured-host rbac | kubectl apply -f -):\n\n" + string(packaging.RBAC)
 	}
 	return f

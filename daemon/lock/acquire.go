@@ -57,6 +57,14 @@ func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
 			if err := l.waitEligible(ctx); err != nil {
 				return claim.Claim{}, err
 			}
+			if l.current().state == claim.Waiting && l.o.MayAnnounce != nil {
+				if err := l.o.MayAnnounce(ctx); err != nil {
+					l.mu.Lock()
+					l.status.State, l.status.Reason = claim.Waiting, err.Error()
+					l.mu.Unlock()
+					return claim.Claim{}, fmt.Errorf("%w: %w", ErrRefused, err)
+				}
+			}
 			if err := l.announce(ctx); err != nil {
 				return claim.Claim{}, err
 			}

@@ -31,6 +31,9 @@ var (
 	// ErrUnreadable means the own claim cannot be read and says it holds
 	// a slot: the daemon neither rewrites nor removes it.
 	ErrUnreadable = errors.New("own claim cannot be read and says it holds a slot")
+	// ErrRefused means Options.MayAnnounce said no: the claim is still
+	// waiting, in its place.
+	ErrRefused = errors.New("may not announce now")
 )
 
 // Options configure a Lock.
@@ -72,6 +75,10 @@ type Options struct {
 	Alarms AlarmReporter
 	// Rand jitters back-offs; nil uses a random source.
 	Rand *rand.Rand
+	// MayAnnounce, if set, is asked right before each announce (an
+	// operator's pause or hold, read fresh); an error keeps the claim
+	// waiting and Acquire returns it, wrapped in ErrRefused.
+	MayAnnounce func(context.Context) error
 }
 
 // Lock is one node's side of the slot lock.
@@ -90,8 +97,12 @@ type Lock struct {
 	// firstEligible is when this daemon first saw each other waiting node
 	// eligible; after WaitingGrace it is passed over.
 	firstEligible map[string]time.Time
-	status        Status
-	alarmed       map[string]bool
+	// paused is whether the cluster is paused, as the cycle last read it
+	// (SetPaused); resumed is when it last saw a pause end.
+	paused  bool
+	resumed time.Time
+	status  Status
+	alarmed map[string]bool
 	// failures counts writes in a row that failed other than by a
 	// conflict, for back-off.
 	failures int
@@ -138,6 +149,20 @@ func New(o Options) *Lock {
 func (l *Lock) Start(ctx context.Context) error {
 	l.base = ctx
 	return nil
+}
+
+// SetPaused tells the lock whether the cluster is paused, as the cycle
+// read it. While paused no waiting node is silent: every node is eligible
+// in its turn and none announces, and the order must survive the pause.
+// After it, silence counts from when this daemon saw the pause end, so
+// that nodes that see it later, within the grace, keep their places.
+func (l *Lock) SetPaused(paused bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.paused && !paused {
+		l.resumed = l.o.Now()
+	}
+	l.paused = paused
 }
 
 // Status returns the lock's current view.

@@ -242,11 +242,19 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 func (l *Lock) silent(now time.Time) func(string) bool {
 	l.mu.Lock()
 	first := copyTimes(l.firstEligible)
+	paused, resumed := l.paused, l.resumed
 	l.mu.Unlock()
 	return func(name string) bool {
 		t, ok := first[name]
-		return ok && name != l.o.Node && l.o.WaitingGrace > 0 && now.Sub(t) > l.o.WaitingGrace
+		return ok && !paused && name != l.o.Node && l.o.WaitingGrace > 0 && now.Sub(maxTime(t, resumed)) > l.o.WaitingGrace
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func copyTimes(m map[string]time.Time) map[string]time.Time {

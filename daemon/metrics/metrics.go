@@ -40,7 +40,7 @@ type Metrics struct {
 }
 
 // States are the values of State's state label, in the order of a cycle.
-var States = []string{"idle", "blocked", "waiting", "entering", "draining", "rebooting", "rebooted", "unreadable"}
+var States = []string{"idle", "blocked", "waiting", "paused", "entering", "draining", "rebooting", "rebooted", "unreadable"}
 
 // BlockerKinds are the values of Blockers' kind label (daemon/block).
 var BlockerKinds = []string{"window", "pods", "alerts", "inhibitors"}

@@ -7,7 +7,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/pem"
@@ -26,7 +25,6 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
@@ -40,7 +38,6 @@ import (
 	"k8s.io/klog/v2"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	"k8s.io/kubernetes/pkg/controller/disruption"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kured-host/kured-host/packaging"
 )
@@ -307,23 +304,21 @@ func servingCA(server string) ([]byte, error) {
 // applyRBAC creates the objects of packaging/rbac.yaml, the manifest that
 // `kured-host rbac` prints, so that tests prove it is enough.
 func (cp *ControlPlane) applyRBAC(ctx context.Context) error {
-	docs := bytes.Split(packaging.RBAC, []byte("\n---\n"))
-	if len(docs) != 2 {
-		return fmt.Errorf("rbac manifest: want 2 documents, got %d", len(docs))
+	o, err := packaging.DecodeRBAC()
+	if err != nil {
+		return err
 	}
-	var role rbacv1.ClusterRole
-	var binding rbacv1.ClusterRoleBinding
-	if err := yaml.UnmarshalStrict(docs[0], &role); err != nil {
-		return fmt.Errorf("rbac manifest: %w", err)
+	if _, err := cp.Admin.RbacV1().ClusterRoles().Create(ctx, &o.NodeReader, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("apply %s: %w", o.NodeReader.Name, err)
 	}
-	if err := yaml.UnmarshalStrict(docs[1], &binding); err != nil {
-		return fmt.Errorf("rbac manifest: %w", err)
+	if _, err := cp.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &o.NodeReaderBinding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("apply %s: %w", o.NodeReaderBinding.Name, err)
 	}
-	if _, err := cp.Admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("apply %s: %w", role.Name, err)
+	if _, err := cp.Admin.RbacV1().Roles(o.Settings.Namespace).Create(ctx, &o.Settings, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("apply %s: %w", o.Settings.Name, err)
 	}
-	if _, err := cp.Admin.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("apply %s: %w", binding.Name, err)
+	if _, err := cp.Admin.RbacV1().RoleBindings(o.SettingsBinding.Namespace).Create(ctx, &o.SettingsBinding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("apply %s: %w", o.SettingsBinding.Name, err)
 	}
 	// The RBAC authorizer reads from an informer: wait until it has the rule.
 	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {

@@ -144,6 +144,27 @@ func TestNodePermissions(t *testing.T) {
 			_, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "settings", metav1.GetOptions{})
 			return err
 		}},
+		{"get the ConfigMap kube-system/kured-host (RBAC manifest)", true, func(ctx context.Context) error {
+			_, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "kured-host", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil // allowed: there is no pause to read
+			}
+			return err
+		}},
+		{"get another ConfigMap in kube-system", false, func(ctx context.Context) error {
+			_, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+			return err
+		}},
+		{"list ConfigMaps in kube-system", false, func(ctx context.Context) error {
+			_, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"pause the cluster (write kube-system/kured-host)", false, func(ctx context.Context) error {
+			_, err := c.CoreV1().ConfigMaps("kube-system").Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: "kured-host"}, Data: map[string]string{"paused": "by a node"},
+			}, metav1.CreateOptions{})
+			return err
+		}},
 		{"create a Lease elsewhere", false, func(ctx context.Context) error {
 			_, err := c.CoordinationV1().Leases("default").Create(ctx, &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: "kured-host"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(me.Name)},

@@ -162,6 +162,12 @@ func (w *World) startFaults() {
 			}
 		}
 	}
+	if f.Orders {
+		w.at(func() { w.pause(w.draw(Span{time.Minute, 12 * time.Minute})) })
+		for range 1 + w.intn(2) {
+			w.at(func() { w.hold(w.randomHost(), w.draw(Span{time.Minute, 12 * time.Minute})) })
+		}
+	}
 	if f.StuckBudget && w.o.PodsPerNode > 0 {
 		// Longer than drain.timeout (10 min): the drain gives up, the node
 		// is put back and tries again later.

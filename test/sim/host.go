@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kured-host/kured-host/daemon"
-	"github.com/kured-host/kured-host/daemon/block"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/drain"
 	"github.com/kured-host/kured-host/daemon/events"
@@ -318,12 +317,14 @@ func (h *Host) startDaemon() {
 		},
 	}))
 	cfg := h.Cfg
+	orders := daemon.Orders(c.Kube, h.Name)
 	l := lock.New(lock.Options{
 		Client: c.Kube, Metadata: c.Meta, Node: h.Name, Limits: cfg.Lock.Limits(),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		Now: h.now, ServerNow: time.Now, BootID: h.BootID, Log: log,
-		Rand: rand.New(rand.NewPCG(h.w.rngUint(), h.w.rngUint())),
+		Rand:        rand.New(rand.NewPCG(h.w.rngUint(), h.w.rngUint())),
+		MayAnnounce: daemon.MayAnnounce(orders),
 	})
 	d := &daemon.Daemon{
 		Config: cfg, Log: log, Manager: noNotify{}, Lock: l, Sentinel: h,
@@ -347,7 +348,7 @@ func (h *Host) startDaemon() {
 		// Node that race with the claim's writes.
 		Marks: &marks.Marker{Client: c.Kube, Node: h.Name, Annotate: true,
 			Pre: map[string]string{"sim.kured-host.dev/rebooting": "true"}, Post: map[string]string{"sim.kured-host.dev/rebooting": "false"}},
-		Blockers: []block.Blocker{h},
+		Blockers: append(orders, h),
 		Messages: h,
 		Watchdog: 3 * time.Minute,
 		// Handing back start-up pages is a host's business: here it

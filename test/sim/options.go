@@ -57,6 +57,7 @@ type FaultSet struct {
 	Blocked      bool // a blocker says no on some hosts for a while
 	StuckBudget  bool // a budget refuses every eviction for longer than the drain's time-out
 	RebootStall  bool // logind refuses a reboot request, or the machine stays up past reboot.timeout
+	Orders       bool // the operator pauses the cluster, and holds nodes, for a while
 }
 
 // Names lists the faults that are on.
@@ -70,7 +71,7 @@ func (f FaultSet) Names() []string {
 		{f.WatchLag, "watch-lag"}, {f.AdminEdits, "admin-edits"}, {f.NodeDelete, "node-delete"},
 		{f.Relabel, "relabel"}, {f.Unplanned, "unplanned-reboot"}, {f.SlowKubelet, "slow-kubelet"},
 		{f.Death, "death"}, {f.ClockOffsets, "clock-offsets"}, {f.Blocked, "blocked"}, {f.StuckBudget, "stuck-budget"},
-		{f.RebootStall, "reboot-stall"},
+		{f.RebootStall, "reboot-stall"}, {f.Orders, "orders"},
 	} {
 		if x.on {
 			out = append(out, x.name)
@@ -112,6 +113,9 @@ func Draw(seed int64) Options {
 		SlowKubelet: p(0.3), Death: p(0.1), ClockOffsets: p(0.2),
 		Blocked: p(0.2), StuckBudget: p(0.15), RebootStall: p(0.15),
 	}
+	// Drawn apart, after the others: the seeds drawn before it keep
+	// their faults.
+	o.Faults.Orders = p(0.2)
 	if o.Faults.SlowKubelet {
 		o.KubeletDelay = Span{time.Second, 3 * time.Minute}
 	}

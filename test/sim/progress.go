@@ -69,7 +69,11 @@ func (w *World) watchProgress() {
 			if !ok {
 				continue
 			}
-			from := maxTime(since[name], started, lastOutage)
+			excused, lifted := w.orders.excused(name, now)
+			if excused {
+				continue
+			}
+			from := maxTime(since[name], started, lastOutage, lifted)
 			if wait := now.Sub(from); wait > TakeBound && !w.reported(name, since[name]) {
 				w.violate("%s may take a free slot since %s and has not, %s later (its daemon runs)", name, fmtDur(since[name].Sub(w.start)), wait.Round(time.Second))
 			}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/test/sim/api"
 )
 
@@ -429,6 +430,137 @@ func TestRegressions(t *testing.T) {
 				prev[r.Node.Name] = r.Node
 			}
 		},
+	}, {
+		// The operator pauses the cluster mid-roll for 6 minutes, longer
+		// than lock.waiting_grace (2 min): no node announces while
+		// paused (checkOrders), and after the pause the nodes take their
+		// slots in their old order: none is passed over as silent for
+		// having waited out the pause in its turn.
+		name: "pause mid-roll keeps the queue's order",
+		opts: func() Options {
+			o := base(5)
+			// n00 and n01 join first, at their first look (1 min): one
+			// takes the slot, the other waits at the head, looking at
+			// the pause once a minute; the three behind join at 80 s and
+			// look every 20 s. Whoever looks first after the pause must
+			// still let the head go first.
+			o.Setup = func(w *World) {
+				for _, h := range w.Hosts[2:] {
+					h.Cfg.Sentinel.Period = config.Duration(20 * time.Second)
+				}
+			}
+			o.NeedAt = func(h *Host) time.Duration {
+				if h == h.w.Hosts[0] || h == h.w.Hosts[1] {
+					return 0
+				}
+				return 61 * time.Second
+			}
+			o.Script = func(w *World) {
+				w.goSafe(func() {
+					if sleep(w.ctx, 90*time.Second) == nil {
+						w.pause(6 * time.Minute)
+					}
+				})
+			}
+			return o
+		},
+		fired: traced("resumed"),
+		check: func(t *testing.T, w *World, res Result) {
+			var last time.Time
+			for _, a := range announces(w) {
+				if a.since.Before(last) {
+					t.Errorf("%s announced at %s out of the queue's order (its place: %s, after one from %s)",
+						a.node, fmtDur(a.at.Sub(w.start)), a.since.Sub(w.start), last.Sub(w.start))
+				}
+				last = a.since
+			}
+			wantEvent("Paused")(t, w, res)
+		},
+	}, {
+		// The pause lands right as a node has taken its slot, before its
+		// cordon: it gives the slot back, untouched, and the roll waits.
+		name: "pause just after a node took its slot",
+		opts: func() Options {
+			o := base(3)
+			o.Script = func(w *World) {
+				var armed atomic.Bool
+				armed.Store(true)
+				w.store.Faults.Before = func(r api.Request) error {
+					if r.Resource != "configmaps" || !strings.HasPrefix(r.Who, "system:node:") {
+						return nil
+					}
+					n := w.store.Node(strings.TrimPrefix(r.Who, "system:node:"))
+					if n == nil || !untouched(n) || !armed.CompareAndSwap(true, false) {
+						return nil
+					}
+					w.tracef(n.Name, "took its slot; the operator pauses before its cordon (scenario)")
+					w.setPause(5 * time.Minute)
+					w.goSafe(func() {
+						if sleep(w.ctx, 5*time.Minute) == nil {
+							w.liftPause()
+						}
+					})
+					return nil
+				}
+			}
+			return o
+		},
+		fired: traced("the operator pauses before its cordon"),
+		check: func(t *testing.T, w *World, res Result) {
+			gaveBack := false
+			prev := map[string]*corev1.Node{}
+			for _, r := range w.store.Revisions() {
+				if p := prev[r.Node.Name]; p != nil && untouched(p) && r.By == api.NodeIdentity(r.Node.Name) && r.Node.Labels[claim.Label] == "" {
+					gaveBack = true
+				}
+				prev[r.Node.Name] = r.Node
+			}
+			if !gaveBack {
+				t.Error("no node gave its untouched slot back after the pause")
+			}
+		},
+	}, {
+		// The next node in the queue is held for 8 minutes: it leaves
+		// the queue, the others go past it, and it reboots once the hold
+		// is lifted.
+		name: "hold of a waiting node",
+		opts: func() Options {
+			o := base(4)
+			o.Script = func(w *World) {
+				w.goSafe(func() {
+					// Every node joined at its first look (1 min).
+					if sleep(w.ctx, 90*time.Second) != nil {
+						return
+					}
+					var next *Host
+					var first time.Time
+					for _, h := range w.Hosts {
+						n := w.store.Node(h.Name)
+						c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation])
+						if err == nil && c.State == claim.Waiting && (next == nil || c.Since.Before(first)) {
+							next, first = h, c.Since
+						}
+					}
+					if next != nil {
+						w.hold(next, 8*time.Minute)
+					}
+				})
+			}
+			return o
+		},
+		fired: traced("lifts its hold"),
+		check: func(t *testing.T, w *World, res Result) {
+			wantEvent("LeftQueue")(t, w, res)
+			var held string
+			for _, line := range res.Trace {
+				if f := strings.Fields(line); len(f) > 2 && strings.Contains(line, "the operator holds it") {
+					held = f[1]
+				}
+			}
+			if as := announces(w); len(as) == 0 || as[len(as)-1].node != held {
+				t.Errorf("the held node %s did not go last: %v", held, as)
+			}
+		},
 	}}
 	// Each scenario runs a few times: the goroutines of the daemons
 	// interleave differently each time (one run of S1 with its bug put
@@ -510,4 +642,27 @@ func traced(s string) func(*World, Result) bool {
 		}
 		return false
 	}
+}
+
+// announce is a node's announce: when, and its place in the queue.
+type announce struct {
+	node      string
+	at, since time.Time
+}
+
+// announces lists the announces, in order.
+func announces(w *World) []announce {
+	var out []announce
+	prev := map[string]*corev1.Node{}
+	for _, r := range w.store.Revisions() {
+		n, p := r.Node, prev[r.Node.Name]
+		prev[n.Name] = n
+		if p == nil || r.By != api.NodeIdentity(n.Name) || p.Labels[claim.Label] != string(claim.Waiting) || n.Labels[claim.Label] != string(claim.Entering) {
+			continue
+		}
+		if c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation]); err == nil {
+			out = append(out, announce{node: n.Name, at: r.At, since: c.Since})
+		}
+	}
+	return out
 }

@@ -90,8 +90,10 @@ func TestSim(t *testing.T) {
 					t.Logf("%s\n%s", o, strings.Join(res.Trace, "\n"))
 				}
 				if len(res.Violations) > 0 {
-					t.Errorf("%s\n%d violation(s):\n  %s\ntrace:\n%s\nlast log lines:\n%s\nreplay: make sim SEED=%d",
-						o, len(res.Violations), strings.Join(res.Violations, "\n  "), strings.Join(res.Trace, "\n"), res.Logs, seed)
+					t.Errorf("%s\n%d violation(s):\n  %s\ntrace:\n%s\nlast log lines:\n%s\nseed %d: %s\nreplay: make sim SEED=%d",
+						o, len(res.Violations), strings.Join(res.Violations, "\n  "), strings.Join(res.Trace, "\n"), res.Logs,
+						// Again at the end: CI shows the tail of a long report.
+						seed, strings.Join(res.Violations, "; "), seed)
 				}
 			})
 		}

@@ -63,6 +63,8 @@ type World struct {
 	idle map[string]bool
 	// stuck: each app's budget refuses every eviction until then.
 	stuck map[string]time.Time
+	// orders are the operator's pauses and holds.
+	orders orders
 }
 
 // New builds the world of o (nothing runs until Run).
@@ -70,6 +72,7 @@ func New(o Options) *World {
 	w := &World{
 		o: o, store: api.NewStore(), rng: rand.New(rand.NewPCG(uint64(o.Seed), 0x5eed)),
 		logs: newLogs(), unavailable: map[string]int{}, lastState: map[string]string{}, heldIn: map[string]string{}, lastNode: map[string]*corev1.Node{}, idle: map[string]bool{}, stuck: map[string]time.Time{},
+		orders: orders{heldSince: map[string]time.Time{}, unheld: map[string]time.Time{}},
 	}
 	return w
 }
@@ -313,6 +316,7 @@ func (w *World) onNode(r api.Revision) {
 	}
 	w.checkRelease(r, prev)
 	w.checkCommit(r, prev)
+	w.checkOrders(r, prev)
 }
 
 // checkCommit: a node takes a slot only from the entering claim it

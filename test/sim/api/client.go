@@ -177,6 +177,8 @@ func (c *Client) serve(r Request, a k8stesting.Action) (runtime.Object, error) {
 	case r.Resource == "pods" && r.Verb == "create" && r.Subresource == "eviction":
 		ev := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
 		return ev, s.evict(c.who, ev.Namespace, ev.Name)
+	case r.Resource == "configmaps" && r.Verb == "get":
+		return s.getConfigMap(c.who, r.Namespace, r.Name)
 	case r.Resource == "events" && r.Verb == "create":
 		e := a.(k8stesting.CreateAction).GetObject().(*corev1.Event)
 		s.mu.Lock()

@@ -52,6 +52,9 @@ type Store struct {
 
 	nodes map[string]*corev1.Node
 	pods  map[string]*corev1.Pod // namespace/name
+	// configMaps are namespace/name; a node may read only the one
+	// kured-host's RBAC manifest names.
+	configMaps map[string]*corev1.ConfigMap
 	// events counts the Events created, by reason.
 	events map[string]int
 
@@ -88,14 +91,59 @@ type change struct {
 func NewStore() *Store {
 	return &Store{
 		nodes: map[string]*corev1.Node{}, pods: map[string]*corev1.Pod{}, events: map[string]int{},
-		window: 2000, watchers: map[*watcher]struct{}{},
+		configMaps: map[string]*corev1.ConfigMap{},
+		window:     2000, watchers: map[*watcher]struct{}{},
 	}
 }
 
 var (
 	nodesResource = schema.GroupResource{Resource: "nodes"}
 	podsResource  = schema.GroupResource{Resource: "pods"}
+	cmResource    = schema.GroupResource{Resource: "configmaps"}
 )
+
+// ReadableConfigMap is the one ConfigMap a node may read (kured-host's
+// RBAC manifest: the cluster's pause and settings).
+const ReadableConfigMap = "kube-system/kured-host"
+
+// SetConfigMap is an admin's write of a ConfigMap's data; nil deletes it.
+func (s *Store) SetConfigMap(namespace, name string, data map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := namespace + "/" + name
+	if data == nil {
+		delete(s.configMaps, key)
+		return
+	}
+	s.configMaps[key] = &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Data:       maps.Clone(data),
+	}
+}
+
+// ConfigMapData is a ConfigMap's data, nil if there is none.
+func (s *Store) ConfigMapData(namespace, name string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cm, ok := s.configMaps[namespace+"/"+name]; ok {
+		return maps.Clone(cm.Data)
+	}
+	return nil
+}
+
+func (s *Store) getConfigMap(who, namespace, name string) (*corev1.ConfigMap, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := namespace + "/" + name
+	if who != Admin && key != ReadableConfigMap {
+		return nil, s.deny(who, "get configmap "+key)
+	}
+	cm, ok := s.configMaps[key]
+	if !ok {
+		return nil, apierrors.NewNotFound(cmResource, name)
+	}
+	return cm.DeepCopy(), nil
+}
 
 // RV is the newest resourceVersion.
 func (s *Store) RV() uint64 {

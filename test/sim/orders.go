@@ -1,0 +1,155 @@
+package sim
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/steer"
+	"github.com/kured-host/kured-host/test/sim/api"
+)
+
+// orders are the operator's pauses and holds, as the checks need them:
+// since when each is in force, and when the last one ended.
+type orders struct {
+	mu          sync.Mutex
+	pausedSince time.Time // zero: not paused
+	resumed     time.Time
+	heldSince   map[string]time.Time
+	unheld      map[string]time.Time
+}
+
+// ordersLag is how long after an order is written a node may still act
+// as if it had not been: the read right before a step and the step's own
+// write are two requests, which another goroutine's write can fall
+// between.
+const ordersLag = time.Second
+
+// forbids reports what in force since more than ordersLag forbids node
+// to take a step now: "paused", "held" or "".
+func (o *orders) forbids(node string, now time.Time) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case !o.pausedSince.IsZero() && now.Sub(o.pausedSince) > ordersLag:
+		return "paused"
+	case !o.heldSince[node].IsZero() && now.Sub(o.heldSince[node]) > ordersLag:
+		return "held"
+	}
+	return ""
+}
+
+// excused reports whether a waiting node may be idle at now: paused or
+// held, or lifted too recently for its next look (the cycle looks again
+// after its recheck, a minute here), or the time it started counting
+// from then.
+func (o *orders) excused(node string, now time.Time) (bool, time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.pausedSince.IsZero() || !o.heldSince[node].IsZero() {
+		return true, time.Time{}
+	}
+	return false, maxTime(o.resumed, o.unheld[node]).Add(time.Minute)
+}
+
+// pause pauses the cluster for d, as `kured-host pause` or kubectl does,
+// then lifts it in one of the ways an operator might: the key removed,
+// set to "false", or the object deleted.
+func (w *World) pause(d time.Duration) {
+	w.setPause(d)
+	if sleep(w.ctx, d) == nil {
+		w.liftPause()
+	}
+}
+
+// setPause writes the pause.
+func (w *World) setPause(d time.Duration) {
+	w.tracef("api", "the operator pauses the cluster for %s", d.Round(time.Second))
+	w.store.SetConfigMap(steer.Namespace, steer.Name, map[string]string{
+		steer.KeyPaused: "change freeze", steer.KeyPausedBy: "sim", steer.KeyPausedSince: time.Now().UTC().Format(time.RFC3339),
+	})
+	w.orders.mu.Lock()
+	w.orders.pausedSince = time.Now()
+	w.orders.mu.Unlock()
+}
+
+// liftPause ends the pause.
+func (w *World) liftPause() {
+	how := []string{"removes the pause", "sets paused to false", "deletes the ConfigMap"}[w.intn(3)]
+	w.orders.mu.Lock()
+	w.orders.pausedSince, w.orders.resumed = time.Time{}, time.Now()
+	w.orders.mu.Unlock()
+	switch how {
+	case "removes the pause":
+		w.store.SetConfigMap(steer.Namespace, steer.Name, map[string]string{"note": "resumed"})
+	case "sets paused to false":
+		w.store.SetConfigMap(steer.Namespace, steer.Name, map[string]string{steer.KeyPaused: "false"})
+	default:
+		w.store.SetConfigMap(steer.Namespace, steer.Name, nil)
+	}
+	w.tracef("api", "the operator %s: resumed", how)
+}
+
+// hold holds h for d with the label and its reason, then lifts it.
+func (w *World) hold(h *Host, d time.Duration) {
+	err := w.store.UpdateNode(h.Name, api.Admin, func(n *corev1.Node) {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Labels[steer.HoldLabel] = "freeze"
+		n.Annotations[steer.HoldReason] = "a firmware check"
+	})
+	if err != nil {
+		return
+	}
+	w.orders.mu.Lock()
+	w.orders.heldSince[h.Name] = time.Now()
+	w.orders.mu.Unlock()
+	w.tracef(h.Name, "the operator holds it for %s", d.Round(time.Second))
+	if sleep(w.ctx, d) != nil {
+		return
+	}
+	w.orders.mu.Lock()
+	delete(w.orders.heldSince, h.Name)
+	w.orders.unheld[h.Name] = time.Now()
+	w.orders.mu.Unlock()
+	// Lifted even if the Node was deleted and registered again meanwhile.
+	_ = w.store.UpdateNode(h.Name, api.Admin, func(n *corev1.Node) {
+		delete(n.Labels, steer.HoldLabel)
+		delete(n.Annotations, steer.HoldReason)
+	})
+	w.tracef(h.Name, "the operator lifts its hold")
+}
+
+// checkOrders: no node announces, or starts its cordon, while the
+// cluster is paused or it is held (past ordersLag). It runs inside the
+// store's critical section: it must not call the store.
+func (w *World) checkOrders(r api.Revision, prev *corev1.Node) {
+	n := r.Node
+	if r.Deleted || prev == nil || r.By != api.NodeIdentity(n.Name) {
+		return
+	}
+	c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation])
+	was, perr := claim.Parse(prev.Labels[claim.Label], prev.Annotations[claim.Annotation])
+	if err != nil || perr != nil {
+		return
+	}
+	var step string
+	switch {
+	case was.State == claim.Waiting && c.State == claim.Entering:
+		step = "announced"
+	case was.State == claim.Holding && was.Phase == claim.PhaseAcquired && c.Phase == claim.PhaseCordoned:
+		step = "started its cordon"
+	default:
+		return
+	}
+	why := w.orders.forbids(n.Name, r.At)
+	if why == "held" && n.Labels[steer.HoldLabel] == "" {
+		why = "" // the Node was registered again since, without the label
+	}
+	if why != "" {
+		w.violate("%s %s while %s", n.Name, step, why)
+	}
+}
