@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kured-host/kured-host/daemon/host"
+	"github.com/kured-host/kured-host/daemon/steer"
 )
 
 // Render writes the report for a person: the table of participating
@@ -20,6 +21,12 @@ import (
 // escape sequence or breaks the table.
 func Render(w io.Writer, r Report) error {
 	var b strings.Builder
+	switch {
+	case r.Paused != nil:
+		b.WriteString(host.Escape("PAUSED: "+orderText(*r.Paused)+"; no node takes a slot until kured-host resume") + "\n\n")
+	case r.PauseError != "":
+		b.WriteString("! " + host.Escape(r.PauseError) + "\n\n")
+	}
 	if len(r.Nodes) == 0 {
 		fmt.Fprintf(&b, "no node takes part: none is waiting for or holding a reboot slot (%d %s)\n", r.NodesTotal, plural(r.NodesTotal, "node", "nodes"))
 	} else {
@@ -30,11 +37,24 @@ func Render(w io.Writer, r Report) error {
 	if r.Self != "" {
 		b.WriteString(host.Escape(fmt.Sprintf("this node: %s%s", field(r.Self), selfState(r))) + "\n")
 	}
+	for _, h := range r.Held {
+		b.WriteString(host.Escape(fmt.Sprintf("held: %s, %s (kured-host unhold %s)", field(h.Node), orderText(h.Order), field(h.Node))) + "\n")
+	}
 	for _, n := range r.Notes {
 		b.WriteString("! " + host.Escape(n) + "\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// orderText reads "since 2026-12-01 10:00 UTC by alice: freeze", as
+// the daemon's messages do.
+func orderText(o Order) string {
+	so := steer.Order{Reason: o.Reason, By: o.By}
+	if o.Since != nil {
+		so.Since = *o.Since
+	}
+	return so.String()
 }
 
 // JSON writes the report as one indented JSON document (docs/status.md).
@@ -93,7 +113,7 @@ func blockedBy(n Node) string {
 	switch {
 	case n.State != StateWaiting:
 		return ""
-	case n.Eligible:
+	case n.Eligible && n.BlockedBy == "":
 		return "nothing: eligible, about to announce"
 	}
 	return n.BlockedBy

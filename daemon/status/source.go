@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kured-host/kured-host/daemon/kube"
+	"github.com/kured-host/kured-host/daemon/steer"
 )
 
 // Source reads snapshots from the API server.
@@ -43,7 +44,24 @@ func (s *Source) read(ctx context.Context) (Report, string, error) {
 	if s.Now != nil {
 		now = s.Now
 	}
-	return Snapshot(list.Items, s.Local, now()), list.ResourceVersion, nil
+	r := Snapshot(list.Items, s.Local, now())
+	s.readPause(ctx, &r)
+	return r, list.ResourceVersion, nil
+}
+
+// readPause adds the cluster's pause. It is reported, not fatal, when it
+// cannot be read: the queue is worth showing all the same.
+func (s *Source) readPause(ctx context.Context, r *Report) {
+	cm, err := s.Client.CoreV1().ConfigMaps(steer.Namespace).Get(ctx, steer.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case apierrors.IsForbidden(err):
+		r.PauseError = fmt.Sprintf("cannot tell whether the cluster is paused: these credentials may not get the ConfigMap %s/%s (kured-host rbac grants it to the nodes)", steer.Namespace, steer.Name)
+	case err != nil:
+		r.PauseError = fmt.Sprintf("cannot tell whether the cluster is paused: %v", err)
+	default:
+		r.SetPause(cm.Data)
+	}
 }
 
 // Watch calls show with a snapshot at once, then again after each

@@ -25,6 +25,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/steer"
 )
 
 // SchemaVersion is the version of the JSON document (docs/status.md).
@@ -85,6 +86,51 @@ type Report struct {
 	Unlabelled []Unlabelled `json:"unlabelled"`
 	// Notes are the call-outs in words, as the table prints them.
 	Notes []string `json:"notes"`
+	// Paused is the cluster's pause (kured-host pause); absent when the
+	// cluster is not paused. PauseError says why it could not be read.
+	Paused     *Order `json:"paused,omitempty"`
+	PauseError string `json:"pause_error,omitempty"`
+	// Held are the nodes an operator holds (kured-host hold), taking
+	// part or not, by name.
+	Held []Held `json:"held"`
+}
+
+// Order is an operator's pause or hold.
+type Order struct {
+	Reason string     `json:"reason"`
+	By     string     `json:"by,omitempty"`
+	Since  *time.Time `json:"since,omitempty"`
+}
+
+// Held is a held node.
+type Held struct {
+	Node string `json:"node"`
+	Order
+}
+
+func orderOf(o steer.Order) Order {
+	out := Order{Reason: o.Reason, By: o.By}
+	if !o.Since.IsZero() {
+		t := o.Since
+		out.Since = &t
+	}
+	return out
+}
+
+// SetPause adds the cluster's pause, as read from its ConfigMap's data
+// (nil: there is none), to the report.
+func (r *Report) SetPause(data map[string]string) {
+	o, paused := steer.PauseOf(data)
+	if !paused {
+		return
+	}
+	p := orderOf(o)
+	r.Paused = &p
+	for i, n := range r.Nodes {
+		if n.State == StateWaiting && n.Eligible {
+			r.Nodes[i].BlockedBy = "the cluster's pause: it keeps its place"
+		}
+	}
 }
 
 // ConfigInfo is the local configuration's lock settings.
@@ -235,6 +281,13 @@ func Snapshot(nodes []corev1.Node, local Local, now time.Time) Report {
 	r.Unlabelled = s.unlabelled()
 	r.Summary = summarize(r)
 	r.Notes = notes(r)
+	r.Held = []Held{}
+	for i := range nodes {
+		if o, held := steer.HoldOf(&nodes[i]); held {
+			r.Held = append(r.Held, Held{Node: nodes[i].Name, Order: orderOf(o)})
+		}
+	}
+	slices.SortFunc(r.Held, func(a, b Held) int { return cmp.Compare(a.Node, b.Node) })
 	return r
 }
 

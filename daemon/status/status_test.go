@@ -14,6 +14,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/host"
+	"github.com/kured-host/kured-host/daemon/steer"
 	"github.com/kured-host/kured-host/internal/golden"
 )
 
@@ -30,6 +31,7 @@ type fx struct {
 	unschedulable bool
 	label, ann    string       // the claim as written; ann from c when empty
 	c             *claim.Claim // nil for no claim
+	hold          map[string]string
 }
 
 func (f fx) node(t *testing.T) corev1.Node {
@@ -59,6 +61,13 @@ func (f fx) node(t *testing.T) corev1.Node {
 	}
 	if f.ann != "" {
 		n.Annotations[claim.Annotation] = f.ann
+	}
+	for k, v := range f.hold {
+		if k == steer.HoldLabel {
+			n.Labels[k] = v
+		} else {
+			n.Annotations[k] = v
+		}
 	}
 	return n
 }
@@ -148,6 +157,12 @@ func fixtures() []fixture {
 			{name: "late", zone: "zone-a", c: waiting(2*time.Minute, limits(3, 2))},
 		}},
 		{"forged", local(3, 1, nil), forged()},
+		{"orders", local(2, 0, nil), []fx{
+			{name: "n-1", unschedulable: true, c: holding(10*time.Minute, 8*time.Minute, claim.PhaseRebooting, limits(2, 0), "")},
+			{name: "n-2", c: waiting(9*time.Minute, limits(2, 0))},
+			{name: "gpu-1", hold: map[string]string{steer.HoldLabel: "true", steer.HoldReason: "driver freeze", steer.HoldBy: "alice", steer.HoldSince: "2026-11-30T08:00:00Z"}},
+			{name: "gpu-2", hold: map[string]string{steer.HoldLabel: "\x1b[2Jowned"}},
+		}},
 		{"admin-defaults", defaults, []fx{
 			{name: "w-1", zone: "eu-1a", c: holding(40*time.Minute, 35*time.Minute, claim.PhaseAcquired, limits(2, 1), "eu-1a")},
 			{name: "w-2", zone: "eu-1b", c: entering(30*time.Second, time.Second, limits(2, 1), "eu-1b")},
@@ -180,7 +195,11 @@ func (f fixture) report(t *testing.T) Report {
 	for _, n := range f.nodes {
 		nodes = append(nodes, n.node(t))
 	}
-	return Snapshot(nodes, f.local, now)
+	r := Snapshot(nodes, f.local, now)
+	if f.name == "orders" {
+		r.SetPause(map[string]string{steer.KeyPaused: "kernel CVE triage", steer.KeyPausedBy: "bob", steer.KeyPausedSince: "2026-12-01T09:00:00Z"})
+	}
+	return r
 }
 
 // golden compares got with testdata/name, or rewrites it with -update.
