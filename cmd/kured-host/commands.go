@@ -43,7 +43,11 @@ func commands() []command {
 		{"run", "run the daemon (systemd starts it: systemctl enable --now kured-host)", runDaemon},
 		{"check", "validate the configuration, then check the host and the cluster for what run needs", runCheck},
 		{"status", "show who holds a reboot slot, who waits and why", runStatus},
-		{"rbac", "print the ClusterRole and binding that clusters >= 1.32 need", runRBAC},
+		{"pause", "pause reboots for the whole cluster (an admin's kubeconfig)", runPause},
+		{"resume", "lift the cluster's pause", runResume},
+		{"hold", "keep nodes out of the reboots (an admin's kubeconfig)", runHold},
+		{"unhold", "lift nodes' hold", runUnhold},
+		{"rbac", "print the RBAC the nodes need: read Nodes (clusters >= 1.32), read the cluster's pause", runRBAC},
 		{"version", "print the version, commit and Go version", runVersion},
 		{"help", "show help for a command", nil},
 	}
@@ -166,7 +170,9 @@ func runRBAC(_ context.Context, args []string, stdout, _ io.Writer) error {
 	f := newFlags("rbac", "",
 		"Prints the ClusterRole and ClusterRoleBinding that let the group\n"+
 			"system:nodes get, list and watch Nodes, which kured-host needs on\n"+
-			"Kubernetes 1.32 and later. Apply it once per cluster:\n\n"+
+			"Kubernetes 1.32 and later, and the Role and RoleBinding that let it\n"+
+			"get the one ConfigMap kube-system/kured-host, where an operator\n"+
+			"pauses the cluster. Apply it once per cluster:\n\n"+
 			"  kured-host rbac | kubectl apply -f -\n\n"+
 			"The packages install the same file as /usr/share/kured-host/rbac.yaml.")
 	if done, err := f.parse(args, stdout); done {

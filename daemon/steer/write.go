@@ -1,0 +1,117 @@
+package steer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// The writes below are what `kured-host pause`, `resume`, `hold` and
+// `unhold` do with an admin's credentials: merge patches that touch only
+// their own keys, so that they compose with kubectl and with each other.
+
+func since(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// nullable is a merge patch value: "" removes the key.
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// Pause pauses the cluster: the ConfigMap is created, or its pause keys
+// replaced.
+func Pause(ctx context.Context, c kubernetes.Interface, o Order) error {
+	data := map[string]any{KeyPaused: o.Reason, KeyPausedBy: nullable(o.By), KeyPausedSince: nullable(since(o.Since))}
+	patch, err := json.Marshal(map[string]any{"data": data})
+	if err != nil {
+		return err
+	}
+	cms := c.CoreV1().ConfigMaps(Namespace)
+	_, err = cms.Patch(ctx, Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: Name, Labels: map[string]string{"app.kubernetes.io/name": "kured-host"}},
+			Data:       map[string]string{KeyPaused: o.Reason},
+		}
+		if o.By != "" {
+			cm.Data[KeyPausedBy] = o.By
+		}
+		if s := since(o.Since); s != "" {
+			cm.Data[KeyPausedSince] = s
+		}
+		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			_, err = cms.Patch(ctx, Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("pause: write the ConfigMap %s/%s: %w", Namespace, Name, err)
+	}
+	return nil
+}
+
+// Resume lifts the pause and returns the pause it lifted, if any. The
+// ConfigMap stays, with its other keys.
+func Resume(ctx context.Context, c kubernetes.Interface) (Order, bool, error) {
+	cms := c.CoreV1().ConfigMaps(Namespace)
+	cm, err := cms.Get(ctx, Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return Order{}, false, nil
+	case err != nil:
+		return Order{}, false, fmt.Errorf("resume: read the ConfigMap %s/%s: %w", Namespace, Name, err)
+	}
+	was, paused := PauseOf(cm.Data)
+	if _, present := cm.Data[KeyPaused]; !present {
+		return was, paused, nil
+	}
+	patch := []byte(`{"data":{"` + KeyPaused + `":null,"` + KeyPausedBy + `":null,"` + KeyPausedSince + `":null}}`)
+	if _, err := cms.Patch(ctx, Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return Order{}, false, fmt.Errorf("resume: write the ConfigMap %s/%s: %w", Namespace, Name, err)
+	}
+	return was, paused, nil
+}
+
+// Hold holds node: the label, and the reason, who and since when in
+// annotations (a label's value cannot hold a sentence).
+func Hold(ctx context.Context, c kubernetes.Interface, node string, o Order) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"labels":      map[string]any{HoldLabel: "true"},
+		"annotations": map[string]any{HoldReason: nullable(o.Reason), HoldBy: nullable(o.By), HoldSince: nullable(since(o.Since))},
+	}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("hold node %s: %w", node, err)
+	}
+	return nil
+}
+
+// Unhold lifts node's hold and reports whether it was held.
+func Unhold(ctx context.Context, c kubernetes.Interface, node string) (bool, error) {
+	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("unhold node %s: %w", node, err)
+	}
+	_, held := HoldOf(n)
+	patch := []byte(`{"metadata":{"labels":{"` + HoldLabel + `":null},"annotations":{"` + HoldReason + `":null,"` + HoldBy + `":null,"` + HoldSince + `":null}}}`)
+	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return false, fmt.Errorf("unhold node %s: %w", node, err)
+	}
+	return held, nil
+}
