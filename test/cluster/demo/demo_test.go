@@ -7,9 +7,11 @@ import (
 	"testing"
 )
 
-// TestDemo runs both scenarios at the fast pace, as `make demo` does, and
+// TestDemo runs the scenarios at the fast pace, as `make demo` does, and
 // checks their summaries: every node rebooted exactly once, the limits
-// reached and never passed, and no violation found by the auditor.
+// reached and never passed, and no violation found by the auditor; in
+// the steering one, the pause and the hold in the view, no slot taken
+// while paused, and the held node last.
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
 	err := run(t.Context(), []string{"--fast", "--no-tty"}, &out)
@@ -22,6 +24,10 @@ func TestDemo(t *testing.T) {
 	if !ok {
 		t.Fatal("no summary of the zones scenario")
 	}
+	zones, steer, ok := strings.Cut(zones, `Summary of "steer"`)
+	if !ok {
+		t.Fatal("no summary of the steer scenario")
+	}
 	for _, tc := range []struct {
 		part, want string
 	}{
@@ -32,6 +38,13 @@ func TestDemo(t *testing.T) {
 		{zones, `most nodes holding a slot: +2 \(limit 2\)`},
 		{zones, `most in one zone at once: +1 \(limit 1\)`},
 		{zones, `auditor: +no violation`},
+		{got, `\$ kured-host pause --reason demo: a change freeze\n\s+paused: since `},
+		{got, `waiting #1 \(paused: keeps its place\)`},
+		{got, `held: firmware check`},
+		{steer, `rebooted exactly once: +6/6 nodes`},
+		{steer, `slots taken while paused: +0 `},
+		{steer, `the held node went last: +true`},
+		{steer, `auditor: +no violation`},
 		{seed, `aks-nodepool1-14327021-vmss000007: \{"v":1,"state":"holding".*"phase":"rebooting"`},
 	} {
 		if !regexp.MustCompile(tc.want).MatchString(tc.part) {

@@ -53,7 +53,7 @@ func parse(args []string, out io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.scenario, "scenario", "all", "seed (8 nodes, concurrency 2), zones (6 nodes in 3 zones, 2 at once, 1 per zone), or all")
+	fs.StringVar(&o.scenario, "scenario", "all", "seed (8 nodes, concurrency 2), zones (6 nodes in 3 zones, 2 at once, 1 per zone), steer (6 nodes, concurrency 2: a pause and a hold from kured-host's commands), or all")
 	fs.IntVar(&o.nodes, "nodes", 0, "number of nodes (default: the scenario's)")
 	fs.IntVar(&o.zones, "zones", -1, "number of zones, 0 for none (default: the scenario's)")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "nodes rebooting at once (default: the scenario's)")
@@ -76,9 +76,9 @@ func parse(args []string, out io.Writer) (options, error) {
 		o.noTTY = true
 	}
 	switch o.scenario {
-	case "seed", "zones", "all":
+	case "seed", "zones", "steer", "all":
 	default:
-		return o, fmt.Errorf("--scenario %q: want seed, zones or all", o.scenario)
+		return o, fmt.Errorf("--scenario %q: want seed, zones, steer or all", o.scenario)
 	}
 	return o, nil
 }
@@ -102,6 +102,13 @@ func (o options) scenarios() []scenario {
 			name: "zones", title: "The reviewers' ask: 6 nodes in 3 zones, concurrency 2, at most 1 per zone",
 			nodes: 6, zones: 3, concurrency: 2, groupMax: 1,
 			namer: func(i int) string { return fmt.Sprintf("aks-zonal-19561347-vmss%06d", i) },
+		})
+	}
+	if o.scenario == "steer" || o.scenario == "all" {
+		out = append(out, scenario{
+			name: "steer", title: "An operator steers a roll: 6 nodes, concurrency 2; one node held, the cluster paused once two are done, then resumed",
+			nodes: 6, concurrency: 2, steer: true,
+			namer: func(i int) string { return fmt.Sprintf("aks-steer-28417093-vmss%06d", i) },
 		})
 	}
 	for i := range out {

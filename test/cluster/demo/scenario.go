@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/kured-host/kured-host/daemon/claim"
@@ -25,6 +26,9 @@ type scenario struct {
 	down        time.Duration
 	podStop     time.Duration
 	namer       func(i int) string
+	// steer: an operator holds the last node from the start, pauses the
+	// roll once two nodes are done, resumes it, and unholds the node.
+	steer bool
 }
 
 func (s scenario) zoneOf(i int) string {
@@ -136,6 +140,16 @@ func (s scenario) run(ctx context.Context, cp *cluster.ControlPlane, bin string,
 	defer a.Stop()
 	a.Scope = func(n string) bool { return inScope[n] }
 
+	var d *director
+	if s.steer {
+		if d, err = newDirector(cp, bin, filepath.Dir(bin), hosts[len(hosts)-1].Name); err != nil {
+			return nil, err
+		}
+		if err := d.start(ctx); err != nil {
+			return nil, err
+		}
+		d.print(out)
+	}
 	fmt.Fprintf(out, "%d nodes, kured-host running on each; creating /run/reboot-required everywhere.\n\n", s.nodes)
 	began := time.Now()
 	for _, h := range hosts {
@@ -143,7 +157,7 @@ func (s scenario) run(ctx context.Context, cp *cluster.ControlPlane, bin string,
 			return nil, err
 		}
 	}
-	v := &view{cp: cp, s: s, hosts: hosts, out: out, tty: !o.noTTY, began: began}
+	v := &view{cp: cp, s: s, hosts: hosts, out: out, tty: !o.noTTY, began: began, director: d}
 	if err := v.until(ctx, func() bool { return allDone(hosts, v.last) }); err != nil {
 		for _, k := range daemons {
 			fmt.Fprintf(out, "--- kured-host on %s (last lines):\n%s\n", k.Host.Name, tail(k.Logs(), 1500))
@@ -157,7 +171,11 @@ func (s scenario) run(ctx context.Context, cp *cluster.ControlPlane, bin string,
 	if err := a.Sync(ctx); err != nil {
 		return nil, err
 	}
-	return summarize(s, a, hosts, began, end), nil
+	r := summarize(s, a, hosts, began, end)
+	if d != nil {
+		d.report(a, r)
+	}
+	return r, nil
 }
 
 // workload gives each node two replicated pods, under a budget that allows

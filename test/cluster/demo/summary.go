@@ -23,6 +23,7 @@ type result struct {
 	maxHolders, maxZone, maxNotReady int
 	rebootedOnce                     int
 	claims                           []string // "node: JSON" while holding, in the order taken
+	extra                            []string // the scenario's own lines
 	problems                         []string
 }
 
@@ -107,6 +108,9 @@ func (r *result) print(out io.Writer) {
 	fmt.Fprintf(out, "  makespan:                     %s; ideal %s (%s per node × %d rounds), ratio %.2f\n",
 		r.makespan.Round(100*time.Millisecond), r.ideal.Round(100*time.Millisecond), r.perNode.Round(100*time.Millisecond),
 		int(math.Round(float64(r.ideal)/math.Max(float64(r.perNode), 1))), ratio)
+	for _, e := range r.extra {
+		fmt.Fprintln(out, "  "+e)
+	}
 	if len(r.problems) == 0 {
 		fmt.Fprintln(out, "  auditor:                      no violation (limits, reboots before release, nothing left cordoned)")
 		return

@@ -15,6 +15,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/steer"
 	"github.com/kured-host/kured-host/test/cluster"
 )
 
@@ -38,6 +39,11 @@ type view struct {
 
 	last  []row
 	lines map[string]string // no-tty: what was last printed per node
+	// director, if set, acts on the roll (the steering scenario); its
+	// commands show under the table.
+	director *director
+	paused   string // the cluster's pause, "" when none
+	said     []string
 }
 
 // until redraws until done says so or ctx ends.
@@ -51,6 +57,12 @@ func (v *view) until(ctx context.Context, done func() bool) error {
 			v.draw(rows)
 			if done() {
 				return nil
+			}
+			if d := v.director; d != nil {
+				if err := d.act(ctx, rows); err != nil {
+					return err
+				}
+				v.tell(d)
 			}
 		} else if ctx.Err() != nil {
 			return ctx.Err()
@@ -79,6 +91,12 @@ func (v *view) snapshot(ctx context.Context) ([]row, error) {
 			ours = append(ours, n)
 		}
 	}
+	v.paused = ""
+	if cm, err := v.cp.Admin.CoreV1().ConfigMaps(steer.Namespace).Get(ctx, steer.Name, metav1.GetOptions{}); err == nil {
+		if o, paused := steer.PauseOf(cm.Data); paused {
+			v.paused = o.Reason
+		}
+	}
 	now := time.Now()
 	tolerance, _ := config.Default().Lock.ClockTolerance()
 	q := claim.Eligibility(lock.Participants(ours, now, tolerance), now, 0, nil)
@@ -100,6 +118,8 @@ func (v *view) snapshot(ctx context.Context) ([]row, error) {
 			r.reboot = fmt.Sprintf("waiting #%d", q.Position(n.Name)+1)
 			if why := q.Blocked[n.Name]; why != "" {
 				r.reboot += " (" + shortWhy(why) + ")"
+			} else if v.paused != "" {
+				r.reboot += " (paused: keeps its place)"
 			}
 		case st == claim.Entering:
 			r.reboot = "taking a slot"
@@ -114,6 +134,9 @@ func (v *view) snapshot(ctx context.Context) ([]row, error) {
 			r.reboot = "unreadable claim"
 		case h.Boots() > 1:
 			r.reboot = "rebooted"
+		case n.Labels[steer.HoldLabel] != "":
+			o, _ := steer.HoldOf(n)
+			r.reboot = "held: " + o.Reason
 		case h.RebootRequired():
 			r.reboot = "reboot needed"
 		default:
@@ -175,7 +198,25 @@ func (v *view) summaryLine(rows []row) string {
 			line += fmt.Sprintf(" · %s %d/%d", z, perZone[z], v.s.groupMax)
 		}
 	}
+	if v.paused != "" {
+		line = "PAUSED (" + v.paused + ") · " + line
+	}
 	return line + fmt.Sprintf(" · waiting %d · rebooted %d/%d · %s", waiting, done, len(rows), time.Since(v.began).Round(100*time.Millisecond))
+}
+
+// tell shows the director's commands: at once as lines, or under the
+// table of a view refreshed in place.
+func (v *view) tell(d *director) {
+	if len(d.said) == 0 {
+		return
+	}
+	if !v.tty {
+		for _, s := range d.said {
+			fmt.Fprintf(v.out, "%7.1fs  %s\n", time.Since(v.began).Seconds(), strings.ReplaceAll(s, "\n", "\n          "))
+		}
+	}
+	v.said = append(v.said, d.said...)
+	d.said = nil
 }
 
 func (v *view) draw(rows []row) {
@@ -193,6 +234,9 @@ func (v *view) draw(rows []row) {
 		}
 		tw.Flush()
 		b.WriteString("\n" + v.summaryLine(rows) + "\n")
+		for _, s := range v.said {
+			b.WriteString("\n" + s + "\n")
+		}
 		fmt.Fprint(v.out, b.String())
 		return
 	}
