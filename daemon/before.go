@@ -47,6 +47,7 @@ func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) er
 	d.setQueuePositionMetric(-1)
 	blocked := block.Check(ctx, d.Blockers)
 	d.setBlockersMetric(blocked)
+	d.notePaused(ctx, log, blocked)
 	if len(blocked) > 0 {
 		d.reportBlocked(ctx, log, blocked)
 		log.Info("blocked after taking the slot; giving it back", "blocked_by", block.Summary(blocked))

@@ -107,6 +107,8 @@ type Daemon struct {
 	// holding is the holding claim of this boot as the last step saw it:
 	// a claim that vanishes from under it goes through the lost path.
 	holding *claim.Claim
+	// paused: the cluster was paused at the last look while waiting.
+	paused bool
 
 	mu     sync.Mutex
 	needed bool

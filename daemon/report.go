@@ -19,6 +19,7 @@ const (
 	ReasonWaitingForSlot    = "WaitingForSlot"
 	ReasonLeftQueue         = "LeftQueue"
 	ReasonPaused            = "Paused"
+	ReasonResumed           = "Resumed"
 	ReasonSlotAcquired      = "SlotAcquired"
 	ReasonCordoned          = "Cordoned"
 	ReasonDrained           = "Drained"
@@ -41,6 +42,7 @@ var Reasons = []struct{ Reason, Type, When string }{
 	{ReasonWaitingForSlot, "Normal", "joined the queue for a reboot slot"},
 	{ReasonLeftQueue, "Normal", "left the queue: the reboot is no longer needed, or a blocker appeared while waiting (a hold among them)"},
 	{ReasonPaused, "Normal", "its turn came, or it was waiting, while the cluster is paused (kured-host pause): it keeps its place in the queue and takes no slot until resumed"},
+	{ReasonResumed, "Normal", "a pause this node waited through has ended (kured-host resume): it goes on from its place in the queue"},
 	{ReasonSlotAcquired, "Normal", "holds a reboot slot; the message says how long it waited"},
 	{ReasonCordoned, "Normal", "cordoned (or found already unschedulable, and left so)"},
 	{ReasonDrained, "Normal", "every pod to evict is gone"},

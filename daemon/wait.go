@@ -75,6 +75,7 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 	}
 	blocked := block.Check(ctx, d.Blockers)
 	d.setBlockersMetric(blocked)
+	d.notePaused(ctx, log, blocked)
 	if len(blocked) > 0 {
 		d.setStateMetric("blocked")
 		d.reportBlocked(ctx, log, blocked)
@@ -158,7 +159,7 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 		if nerr == nil && needed && d.Now().Sub(lastBlockers) >= d.recheck() {
 			blocked = block.Check(ctx, d.Blockers)
 			d.setBlockersMetric(blocked)
-			d.Lock.SetPaused(steer.IsPaused(blocked))
+			d.notePaused(ctx, log, blocked)
 			lastBlockers = d.Now()
 			if steer.OnlyPaused(blocked) {
 				d.reportPaused(ctx, log, blocked)
@@ -176,20 +177,39 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 }
 
 // refused: the lock would have announced, but the pause or a hold said
-// no. Paused, the node keeps its place and looks again after the recheck;
-// anything else blocking it leaves the queue.
+// no. Paused, the node keeps its place and looks again at each recheck
+// until the pause ends; anything else blocking it leaves the queue.
 func (d *Daemon) refused(ctx context.Context, log *slog.Logger) error {
-	blocked := block.Check(ctx, d.Blockers)
-	d.setBlockersMetric(blocked)
-	d.Lock.SetPaused(steer.IsPaused(blocked))
-	switch {
-	case len(blocked) == 0:
-		return nil // lifted meanwhile: try again at once
-	case steer.OnlyPaused(blocked):
+	for {
+		blocked := block.Check(ctx, d.Blockers)
+		d.setBlockersMetric(blocked)
+		d.notePaused(ctx, log, blocked)
+		switch {
+		case len(blocked) == 0:
+			return nil // lifted: try again at once
+		case !steer.OnlyPaused(blocked):
+			return d.leaveQueue(ctx, log, blocked)
+		}
 		d.reportPaused(ctx, log, blocked)
-		return d.waitChange(ctx, d.recheck())
+		if err := d.waitChange(ctx, d.recheck()); err != nil {
+			return err
+		}
+		if needed, err := d.rebootNeeded(); err != nil || !needed {
+			return nil // the next look decides, from the start
+		}
 	}
-	return d.leaveQueue(ctx, log, blocked)
+}
+
+// notePaused tells the lock whether the cluster is paused, and the
+// operator when a pause this node waited through has ended.
+func (d *Daemon) notePaused(ctx context.Context, log *slog.Logger, blocked []block.Blocked) {
+	paused := steer.IsPaused(blocked)
+	d.Lock.SetPaused(paused)
+	if d.paused && !paused {
+		log.Info("the cluster's pause has ended; going on from its place in the queue")
+		d.event(ctx, log, "Normal", ReasonResumed, "The cluster's pause has ended: going on from its place in the queue")
+	}
+	d.paused = paused
 }
 
 // reportPaused tells the operator that the node waits in its place for
