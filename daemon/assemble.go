@@ -101,14 +101,14 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 	m := metrics.New()
 	logind := &host.BusLogind{Address: s.BusAddress}
 	tolerance, _ := cfg.Lock.ClockTolerance()
-	orders := Orders(c.Kube, node)
+	orders := Orders(c.Kube, node, true)
 	l := lock.New(lock.Options{
 		Client: c.Kube, Metadata: c.Metadata, Node: node, Limits: cfg.Lock.Limits(),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		ServerNow: c.ServerNow, ClockTolerance: tolerance, BootID: s.Root.BootID, Log: log,
 		Alarms:      &alarm.Report{Events: &events.Recorder{Client: c.Kube, Host: node}, Metrics: m, Log: log},
-		MayAnnounce: MayAnnounce(orders),
+		MayAnnounce: MayAnnounce(Orders(c.Kube, node, false)),
 	})
 	messages, err := notify.New(cfg.Notify, node, log)
 	if err != nil {
@@ -180,9 +180,11 @@ func sentinelFor(c config.SentinelConfig, root host.Root) sentinel.Checker {
 }
 
 // Orders are an operator's orders from kubectl, as blockers: the
-// cluster's pause and this node's hold (daemon/steer).
-func Orders(client kubernetes.Interface, node string) []block.Blocker {
-	r := steer.Reader{Client: client, Node: node}
+// cluster's pause and this node's hold (daemon/steer). Cached, they are
+// read from the API server's watch cache: for the looks of the cycle;
+// fresh, for the look right before an announce (MayAnnounce).
+func Orders(client kubernetes.Interface, node string, cached bool) []block.Blocker {
+	r := steer.Reader{Client: client, Node: node, Cached: cached}
 	return []block.Blocker{steer.Paused{Reader: r}, steer.Held{Reader: r}}
 }
 

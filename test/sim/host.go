@@ -317,14 +317,14 @@ func (h *Host) startDaemon() {
 		},
 	}))
 	cfg := h.Cfg
-	orders := daemon.Orders(c.Kube, h.Name)
+	orders := daemon.Orders(c.Kube, h.Name, true)
 	l := lock.New(lock.Options{
 		Client: c.Kube, Metadata: c.Meta, Node: h.Name, Limits: cfg.Lock.Limits(),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		Now: h.now, ServerNow: time.Now, BootID: h.BootID, Log: log,
 		Rand:        rand.New(rand.NewPCG(h.w.rngUint(), h.w.rngUint())),
-		MayAnnounce: daemon.MayAnnounce(orders),
+		MayAnnounce: daemon.MayAnnounce(daemon.Orders(c.Kube, h.Name, false)),
 	})
 	d := &daemon.Daemon{
 		Config: cfg, Log: log, Manager: noNotify{}, Lock: l, Sentinel: h,
