@@ -195,11 +195,7 @@ func TestRegressions(t *testing.T) {
 		name: "a drain that times out",
 		opts: func() Options {
 			o := base(2)
-			o.Setup = func(w *World) {
-				for i := range max(w.o.Nodes/2, 1) {
-					w.stuck[fmt.Sprintf("app-%d", i)] = time.Now().Add(12 * time.Minute)
-				}
-			}
+			o.Setup = func(w *World) { stickBudgets(w, 12*time.Minute) }
 			return o
 		},
 		fired: func(w *World, res Result) bool { return w.store.Events()["DrainFailed"] > 0 },
@@ -234,13 +230,9 @@ func TestRegressions(t *testing.T) {
 		name: "killed right after the abort's uncordon",
 		opts: func() Options {
 			o := base(2)
-			o.Setup = func(w *World) {
-				// Past the drain's time-out (10 min from 1m), not much more: a
-				// second drain of the uncordoned node would end at once.
-				for i := range max(w.o.Nodes/2, 1) {
-					w.stuck[fmt.Sprintf("app-%d", i)] = time.Now().Add(11*time.Minute + 20*time.Second)
-				}
-			}
+			// Past the drain's time-out (10 min from 1m), not much more: a
+			// second drain of the uncordoned node would end at once.
+			o.Setup = func(w *World) { stickBudgets(w, 11*time.Minute+20*time.Second) }
 			o.Script = func(w *World) {
 				var victim atomic.Value // the node's name
 				interposeOnce(w, func(r api.Revision, c claim.Claim) (func(*corev1.Node), bool) {
@@ -665,4 +657,12 @@ func announces(w *World) []announce {
 		}
 	}
 	return out
+}
+
+// stickBudgets makes every app's budget refuse each eviction for d from
+// now.
+func stickBudgets(w *World, d time.Duration) {
+	for i := range max(w.o.Nodes/2, 1) {
+		w.stuck[fmt.Sprintf("app-%d", i)] = time.Now().Add(d)
+	}
 }
