@@ -286,16 +286,7 @@ func TestRegressions(t *testing.T) {
 		},
 		fired: traced("a blocker says no"),
 		check: func(t *testing.T, w *World, res Result) {
-			gaveBack := false
-			var prev map[string]*corev1.Node = map[string]*corev1.Node{}
-			for _, r := range w.store.Revisions() {
-				p := prev[r.Node.Name]
-				if p != nil && untouched(p) && r.Node.Labels[claim.Label] == "" && r.By == api.NodeIdentity(r.Node.Name) {
-					gaveBack = true
-				}
-				prev[r.Node.Name] = r.Node
-			}
-			if !gaveBack {
+			if !gaveBackUntouched(w) {
 				t.Error("no slot given back before the cordon while blocked")
 			}
 		},
@@ -499,15 +490,7 @@ func TestRegressions(t *testing.T) {
 		},
 		fired: traced("the operator pauses before its cordon"),
 		check: func(t *testing.T, w *World, res Result) {
-			gaveBack := false
-			prev := map[string]*corev1.Node{}
-			for _, r := range w.store.Revisions() {
-				if p := prev[r.Node.Name]; p != nil && untouched(p) && r.By == api.NodeIdentity(r.Node.Name) && r.Node.Labels[claim.Label] == "" {
-					gaveBack = true
-				}
-				prev[r.Node.Name] = r.Node
-			}
-			if !gaveBack {
+			if !gaveBackUntouched(w) {
 				t.Error("no node gave its untouched slot back after the pause")
 			}
 		},
@@ -665,4 +648,17 @@ func stickBudgets(w *World, d time.Duration) {
 	for i := range max(w.o.Nodes/2, 1) {
 		w.stuck[fmt.Sprintf("app-%d", i)] = time.Now().Add(d)
 	}
+}
+
+// gaveBackUntouched reports whether a node removed its own claim while it
+// held a slot it had done nothing with yet.
+func gaveBackUntouched(w *World) bool {
+	prev := map[string]*corev1.Node{}
+	for _, r := range w.store.Revisions() {
+		if p := prev[r.Node.Name]; p != nil && untouched(p) && r.By == api.NodeIdentity(r.Node.Name) && r.Node.Labels[claim.Label] == "" {
+			return true
+		}
+		prev[r.Node.Name] = r.Node
+	}
+	return false
 }
