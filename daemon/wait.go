@@ -186,7 +186,9 @@ func (d *Daemon) refused(ctx context.Context, log *slog.Logger) error {
 		d.notePaused(ctx, log, blocked)
 		switch {
 		case len(blocked) == 0:
-			return nil // lifted: try again at once
+			// Lifted, or the fresh read failed where this one did not:
+			// try again soon, not in a loop of requests.
+			return d.waitChange(ctx, time.Second)
 		case !steer.OnlyPaused(blocked):
 			return d.leaveQueue(ctx, log, blocked)
 		}
