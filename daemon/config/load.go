@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -33,6 +34,26 @@ type Loaded struct {
 // have written is refused (see Trust). Every problem in every file is
 // reported in one *Error.
 func Load(path string, t Trust) (*Loaded, error) {
+	return LoadWithCluster(path, t, "")
+}
+
+// ClusterSource is where the cluster's settings come from, as messages
+// and origins name it ("file:line" for a host's file).
+const ClusterSource = "ConfigMap kube-system/kured-host, config.toml"
+
+// ClusterTables are the tables the cluster's settings may set: the lock's
+// limits and timings, the maintenance window and the blockers. The rest
+// is about one host (its sentinel, its reboot, its drain, its
+// credentials) and stays in its files.
+var ClusterTables = []string{"lock", "window", "blockers"}
+
+// LoadWithCluster is Load with the cluster's settings (TOML, the same
+// schema as the files, only ClusterTables) as a layer between the
+// built-in defaults and the host's files: a key a file sets wins, then
+// the cluster's, then the default. Every problem of either is reported in
+// one *Error, the cluster's named by ClusterSource and line. An empty
+// cluster string is no settings at all.
+func LoadWithCluster(path string, t Trust, cluster string) (*Loaded, error) {
 	ps := &problems{}
 	dir, dropInDir := filepath.Dir(path), DropInDir(path)
 	if err := t.checkDir(dir); err != nil {
@@ -43,7 +64,25 @@ func Load(path string, t Trust) (*Loaded, error) {
 		ps.add(Origin{File: dropInDir}, "", "%s", strings.TrimPrefix(err.Error(), "open "+dropInDir+": "))
 	}
 	ps.files = append([]string{dir, path, dropInDir}, dropIns...)
-	return load(append([]string{path}, dropIns...), t.readFile, ps)
+	paths := append([]string{path}, dropIns...)
+	read := t.readFile
+	if cluster != "" {
+		paths = append([]string{ClusterSource}, paths...)
+		read = func(p string) ([]byte, error) {
+			if p == ClusterSource {
+				return []byte(cluster), nil
+			}
+			return t.readFile(p)
+		}
+	}
+	return load(paths, read, ps)
+}
+
+// CheckCluster validates the cluster's settings alone, over the built-in
+// defaults, as `kured-host settings apply` does before it writes them.
+func CheckCluster(cluster string) (*Loaded, error) {
+	ps := &problems{files: []string{ClusterSource}}
+	return load([]string{ClusterSource}, func(string) ([]byte, error) { return []byte(cluster), nil }, ps)
 }
 
 // LoadFiles decodes the given files in order over Default() and validates
@@ -63,6 +102,10 @@ func load(paths []string, read func(string) ([]byte, error), ps *problems) (*Loa
 				msg = "file not found (install the package, or copy config.toml.example there)"
 			}
 			ps.add(Origin{File: p}, "", "%s", strings.TrimPrefix(msg, "open "+p+": "))
+			continue
+		}
+		if p == ClusterSource {
+			decodeCluster(data, &l.Config, l.Origins, ps)
 			continue
 		}
 		l.Files = append(l.Files, p)
@@ -99,6 +142,22 @@ func (c *Config) checkFiles(report reportFunc) {
 		case !fi.Mode().IsRegular():
 			report(f.key, "%s: not a regular file", f.path)
 		}
+	}
+}
+
+// decodeCluster decodes the cluster's settings like a file, then reports
+// each key outside ClusterTables. "version" may be given, as in a file.
+func decodeCluster(data []byte, cfg *Config, origins map[string]Origin, ps *problems) {
+	mine := map[string]Origin{}
+	decodeFile(ClusterSource, data, cfg, mine, ps)
+	for _, key := range slices.Sorted(maps.Keys(mine)) {
+		top, _, _ := strings.Cut(key, ".")
+		top, _, _ = strings.Cut(top, "[")
+		if top != "version" && !slices.Contains(ClusterTables, top) {
+			ps.add(mine[key], key, "not a cluster setting: the cluster's settings may set only %s; set %s in each host's files", strings.Join(ClusterTables, ", "), key)
+			continue
+		}
+		origins[key] = mine[key]
 	}
 }
 
