@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -267,5 +268,68 @@ func TestClockToleranceDefault(t *testing.T) {
 	}
 	if l := New(Options{AlarmAge: time.Hour, EnteringAlarmAge: 10 * time.Minute, TTL: 4 * time.Minute}); l.o.ClockTolerance != 2*time.Minute {
 		t.Errorf("with a TTL of 4m: tolerance %s, want 2m", l.o.ClockTolerance)
+	}
+}
+
+// TestFarBackStaleView: a node far back works the queue out from its last
+// read of it and the active claims. Nodes that took a slot and lost it
+// within one poll (an admin removed their claims, and they joined again,
+// behind) were never seen active; and an admin removed a claim that was
+// not believed (it bound everyone to concurrency 1). In both cases the
+// slot is free to this node at the first read of the active claims: the
+// stale nodes are read, one after the other, and so is the claim not
+// believed (CI's seeds 130, and 700, 703, 997: a slot idle 41 to 48 s).
+func TestFarBackStaleView(t *testing.T) {
+	server := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	own := claim.Limits{Concurrency: 2, Groups: []claim.GroupLimit{{Label: config.ZoneLabel, Max: 1}}}
+	waiting := func(name, zone string, since time.Duration) *corev1.Node {
+		return claimedNode(t, name, zone, claim.Claim{State: claim.Waiting, Since: server.Add(since), Updated: server.Add(since), Limits: own})
+	}
+	acquired := server.Add(-time.Minute)
+	holder := claimedNode(t, "holder", "zone-a", claim.Claim{State: claim.Holding, Since: server.Add(-time.Hour), Updated: acquired,
+		Acquired: &acquired, Limits: own, Groups: map[string]string{config.ZoneLabel: "zone-a"}, BootID: "b", Phase: claim.PhaseRebooting})
+	// Updated an hour ahead: not believed.
+	forged := claimedNode(t, "forged", "zone-c", claim.Claim{State: claim.Waiting, Since: server.Add(-50 * time.Minute), Updated: server.Add(time.Hour), Limits: own})
+	for _, tc := range []struct {
+		name string
+		// last is the last read of the queue; now, the Nodes as they are.
+		last, now []*corev1.Node
+	}{
+		{"two nodes ahead joined again behind",
+			[]*corev1.Node{holder, waiting("b1", "zone-b", -40*time.Minute), waiting("b2", "zone-b", -39*time.Minute), waiting("me", "zone-b", -30*time.Minute)},
+			[]*corev1.Node{holder, waiting("b1", "zone-b", -1*time.Minute), waiting("b2", "zone-b", -1*time.Minute), waiting("me", "zone-b", -30*time.Minute)}},
+		{"a claim not believed was removed",
+			[]*corev1.Node{holder, forged, waiting("me", "zone-b", -30*time.Minute)},
+			[]*corev1.Node{holder, claimedNode(t, "forged", "zone-c", claim.Claim{}), waiting("me", "zone-b", -30*time.Minute)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := make([]runtime.Object, 0, len(tc.now))
+			for _, n := range tc.now {
+				n = n.DeepCopy()
+				if n.Labels[claim.Label] == "" {
+					delete(n.Labels, claim.Label)
+					delete(n.Annotations, claim.Annotation)
+				}
+				objs = append(objs, n)
+			}
+			l := New(Options{
+				Client: fake.NewClientset(objs...), Node: "me", Limits: own, ClockTolerance: 5 * time.Minute,
+				Now: func() time.Time { return server }, ServerNow: func() time.Time { return server },
+			})
+			last := l.distrust(Participants(tc.last, server, 5*time.Minute))
+			v := newFarView(last)
+			var active []claim.Participant
+			for _, p := range last {
+				if p.Claim.State.Active() {
+					active = append(active, p)
+				}
+			}
+			if q := v.queue(l, active); q.Eligible("me") {
+				t.Fatal("eligible in the last read already: the test proves nothing")
+			}
+			if !l.mayGoNow(context.Background(), v) {
+				t.Errorf("not eligible at the first read of the active claims")
+			}
+		})
 	}
 }
