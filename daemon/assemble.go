@@ -37,6 +37,10 @@ type Setup struct {
 	// BusAddress is the D-Bus to find logind and systemd on; "" is the
 	// system bus.
 	BusAddress string
+	// Reload loads the configuration again with the cluster's settings
+	// under the host's files (config.LoadWithCluster); nil keeps Config
+	// as it is.
+	Reload func(cluster string) (config.Config, error)
 }
 
 // Assemble connects to the API server with the node's own credentials,
@@ -134,6 +138,11 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 		Messages: messenger(messages),
 		Sentinel: sentinelFor(cfg.Sentinel, s.Root),
 		Blockers: append(orders, blockersFor(cfg, c.Kube, node, logind)...),
+		Settings: steer.Reader{Client: c.Kube, Node: node, Cached: true},
+		Reload:   s.Reload,
+		BlockersFor: func(cfg config.Config) []block.Blocker {
+			return append(orders, blockersFor(cfg, c.Kube, node, logind)...)
+		},
 		Drainer: &drain.Drainer{Client: c.Evictions, Node: node, Log: log.With("component", "drain"), Options: drain.Options{
 			GracePeriod: cfg.Drain.GracePeriod.Std(), Timeout: cfg.Drain.Timeout.Std(),
 			PodSelector: cfg.Drain.PodSelector.Selector(), SkipWaitForDeleteTimeout: cfg.Drain.SkipWaitForDeleteTimeout.Std(),

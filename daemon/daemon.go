@@ -49,6 +49,7 @@ type Locker interface {
 	ReleaseAfter(ctx context.Context, delay time.Duration) error
 	Status() lock.Status
 	SetPaused(paused bool)
+	SetLimits(claim.Limits)
 }
 
 var _ Locker = (*lock.Lock)(nil)
@@ -103,12 +104,22 @@ type Daemon struct {
 	Trim func() (int64, error)
 	Node string
 	Now  func() time.Time
+	// Settings reads the cluster's settings; Reload makes the
+	// configuration with them under the host's files; BlockersFor makes
+	// the blockers of a configuration. With any nil, the configuration
+	// stays as started.
+	Settings    SettingsReader
+	Reload      func(cluster string) (config.Config, error)
+	BlockersFor func(config.Config) []block.Blocker
 
 	// holding is the holding claim of this boot as the last step saw it:
 	// a claim that vanishes from under it goes through the lost path.
 	holding *claim.Claim
 	// paused: the cluster was paused at the last look while waiting.
 	paused bool
+	// settings are the cluster's settings last applied, and the last
+	// refused (reported once).
+	settings struct{ applied, refused string }
 
 	mu     sync.Mutex
 	needed bool

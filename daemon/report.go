@@ -20,6 +20,8 @@ const (
 	ReasonLeftQueue         = "LeftQueue"
 	ReasonPaused            = "Paused"
 	ReasonResumed           = "Resumed"
+	ReasonSettingsApplied   = "SettingsApplied"
+	ReasonSettingsInvalid   = "SettingsInvalid"
 	ReasonSlotAcquired      = "SlotAcquired"
 	ReasonCordoned          = "Cordoned"
 	ReasonDrained           = "Drained"
@@ -43,6 +45,8 @@ var Reasons = []struct{ Reason, Type, When string }{
 	{ReasonLeftQueue, "Normal", "left the queue: the reboot is no longer needed, or a blocker appeared while waiting (a hold among them)"},
 	{ReasonPaused, "Normal", "its turn came, or it was waiting, while the cluster is paused (kured-host pause): it keeps its place in the queue and takes no slot until resumed"},
 	{ReasonResumed, "Normal", "a pause this node waited through has ended (kured-host resume): it goes on from its place in the queue"},
+	{ReasonSettingsApplied, "Normal", "the cluster's settings (kured-host settings apply) changed what this node uses: the message says what, before and after; applied when the node joins the queue"},
+	{ReasonSettingsInvalid, "Warning", "the cluster's settings are not valid: the node keeps what it had; the message names the key and line (once per version of the settings)"},
 	{ReasonSlotAcquired, "Normal", "holds a reboot slot; the message says how long it waited"},
 	{ReasonCordoned, "Normal", "cordoned (or found already unschedulable, and left so)"},
 	{ReasonDrained, "Normal", "every pod to evict is gone"},

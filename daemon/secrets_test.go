@@ -50,6 +50,7 @@ func (l *idleLock) Release(context.Context) error                     { return e
 func (l *idleLock) ReleaseAfter(context.Context, time.Duration) error { return errNotHere }
 func (l *idleLock) Status() lock.Status                               { return lock.Status{Position: -1} }
 func (l *idleLock) SetPaused(bool)                                    {}
+func (l *idleLock) SetLimits(claim.Limits)                            {}
 
 // needed is a sentinel that always says a reboot is needed.
 type needed struct{}

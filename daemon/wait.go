@@ -68,6 +68,7 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 		d.setManagerStatus("idle: no reboot needed")
 		return d.waitChange(ctx, time.Hour)
 	}
+	d.applySettings(ctx, log)
 	if !d.toldNeeded {
 		d.toldNeeded = true
 		d.event(ctx, log, "Normal", ReasonRebootRequired, "A reboot is needed: "+d.Sentinel.String())

@@ -72,6 +72,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	doctor.Run(ctx, doctor.Options{
 		Config: l.Config, Root: host.Root(*root), Kubeconfig: *kubeconfig, BusAddress: *bus,
 		UserAgent: "kured-host/" + version.Version + " (check)", Timeout: 10 * time.Second, UID: os.Geteuid(),
+		Reload: func(cluster string) error {
+			_, err := config.LoadWithCluster(*path, configTrust(), cluster)
+			return err
+		},
 	}, show)
 	if ctx.Err() != nil {
 		return errors.New("check interrupted")

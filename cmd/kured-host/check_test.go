@@ -60,6 +60,8 @@ func fakeAPI(t *testing.T, skew time.Duration) *httptest.Server {
 				`"status":{"conditions":[{"type":"Ready","status":"True"}],"nodeInfo":{"bootID":"b00t"}}}`)
 		case r.Method == http.MethodGet && p == "/api/v1/pods":
 			reply(w, `{"apiVersion":"v1","kind":"PodList","metadata":{},"items":[]}`)
+		case r.Method == http.MethodGet && p == "/api/v1/namespaces/kube-system/configmaps/kured-host":
+			reply(w, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kured-host","namespace":"kube-system"},"data":{"config.toml":"[lock]\nconcurrency = 2\n"}}`)
 		default:
 			t.Errorf("unexpected request %s %s", r.Method, r.URL)
 			http.NotFound(w, r)

@@ -47,6 +47,7 @@ func commands() []command {
 		{"resume", "lift the cluster's pause", runResume},
 		{"hold", "keep nodes out of the reboots (an admin's kubeconfig)", runHold},
 		{"unhold", "lift nodes' hold", runUnhold},
+		{"settings", "show the cluster's settings; settings apply -f FILE writes them", runSettings},
 		{"rbac", "print the RBAC the nodes need: read Nodes (clusters >= 1.32), read the cluster's pause", runRBAC},
 		{"version", "print the version, commit and Go version", runVersion},
 		{"help", "show help for a command", nil},
@@ -158,6 +159,13 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	log.Info("starting", "version", version.Version, "config", strings.Join(l.Files, ","))
 	d, err := daemon.Assemble(ctx, daemon.Setup{
 		Config: l.Config, Root: host.Root(*root), Log: log, Manager: host.Systemd{},
+		Reload: func(cluster string) (config.Config, error) {
+			l, err := config.LoadWithCluster(*path, configTrust(), cluster)
+			if err != nil {
+				return config.Config{}, err
+			}
+			return l.Config, nil
+		},
 		UserAgent: "kured-host/" + version.Version,
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/kube"
 	"github.com/kured-host/kured-host/daemon/status"
+	"github.com/kured-host/kured-host/daemon/steer"
 	"github.com/kured-host/kured-host/daemon/version"
 )
 
@@ -53,7 +54,7 @@ func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if *interval <= 0 {
 		return &usageError{fmt.Sprintf("%s: --interval must be positive (see %s --help)", f.Name(), f.Name())}
 	}
-	cfg, local, err := statusConfig(*path)
+	cfg, _, err := statusConfig(*path, "")
 	if err != nil {
 		return err
 	}
@@ -63,6 +64,17 @@ func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	client, err := statusClient(ctx, *kubeconfig, host.Root(*root), cfg.Kubernetes.Kubeconfig, clock)
 	if err != nil {
 		return err
+	}
+	// The limits as a node of this configuration takes them: the
+	// cluster's settings under its files. Settings that cannot be read
+	// or are bad count for nothing here (the nodes keep what they had);
+	// a pause that cannot be read is reported with the rest.
+	settings, _ := steer.Reader{Client: client}.Settings(ctx)
+	_, local, err := statusConfig(*path, settings)
+	if err != nil {
+		if _, local, err = statusConfig(*path, ""); err != nil {
+			return err
+		}
 	}
 	local.Self = cfg.Kubernetes.NodeName
 	if user, _ := status.WhoAmI(ctx, client); local.Self == "" && strings.HasPrefix(user, "system:node:") {
@@ -83,12 +95,26 @@ func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 // statusConfig loads the configuration; a file that does not exist means
 // the built-in defaults (an admin's machine), anything else wrong with it
 // is an error.
-func statusConfig(path string) (config.Config, status.Local, error) {
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		c := config.Default()
-		return c, status.Local{Lock: c.Lock}, nil
+func statusConfig(path, settings string) (config.Config, status.Local, error) {
+	var l *config.Loaded
+	var err error
+	if _, serr := os.Stat(path); errors.Is(serr, fs.ErrNotExist) {
+		if settings == "" {
+			c := config.Default()
+			return c, status.Local{Lock: c.Lock}, nil
+		}
+		if l, err = config.CheckCluster(settings); err != nil {
+			return config.Config{}, status.Local{}, err
+		}
+		from := func(key string) string {
+			if o, ok := l.Origins[key]; ok {
+				return o.String()
+			}
+			return ""
+		}
+		return l.Config, status.Local{Lock: l.Config.Lock, ConcurrencyFrom: from("lock.concurrency"), GroupsFrom: from("lock.groups")}, nil
 	}
-	l, err := config.Load(path, configTrust())
+	l, err = config.LoadWithCluster(path, configTrust(), settings)
 	if err != nil {
 		return config.Config{}, status.Local{}, err
 	}

@@ -45,8 +45,14 @@ func TestStatusUsage(t *testing.T) {
 
 func TestStatusConfig(t *testing.T) {
 	t.Run("missing file: defaults, no file", func(t *testing.T) {
-		_, l, err := statusConfig(filepath.Join(t.TempDir(), "config.toml"))
+		_, l, err := statusConfig(filepath.Join(t.TempDir(), "config.toml"), "")
 		if err != nil || l.File != "" || l.Lock.Concurrency != config.Default().Lock.Concurrency {
+			t.Errorf("%+v %v", l, err)
+		}
+	})
+	t.Run("missing file, cluster settings: theirs", func(t *testing.T) {
+		_, l, err := statusConfig(filepath.Join(t.TempDir(), "config.toml"), "[lock]\nconcurrency = 4\n")
+		if err != nil || l.File != "" || l.Lock.Concurrency != 4 || l.ConcurrencyFrom != config.ClusterSource+":2" {
 			t.Errorf("%+v %v", l, err)
 		}
 	})
@@ -55,9 +61,16 @@ func TestStatusConfig(t *testing.T) {
 		if err := os.WriteFile(path, []byte("[lock]\nconcurrency = 3\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, l, err := statusConfig(path)
+		_, l, err := statusConfig(path, "")
 		if err != nil || l.File != path || l.Lock.Concurrency != 3 || l.ConcurrencyFrom != path+":2" || l.GroupsFrom != "" {
 			t.Errorf("%+v %v", l, err)
+		}
+		// A key the file sets wins over the cluster's settings; the
+		// others come from the settings.
+		settings := "[lock]\nconcurrency = 5\n[[lock.groups]]\nlabel = \"rack\"\nmax = 2\n"
+		_, l, err = statusConfig(path, settings)
+		if err != nil || l.Lock.Concurrency != 3 || l.ConcurrencyFrom != path+":2" || l.GroupsFrom != config.ClusterSource+":3" {
+			t.Errorf("with the cluster's settings: %+v %v", l, err)
 		}
 	})
 }

@@ -41,14 +41,23 @@ func Load(path string, t Trust) (*Loaded, error) {
 // and origins name it ("file:line" for a host's file).
 const ClusterSource = "ConfigMap kube-system/kured-host, config.toml"
 
-// ClusterTables are the tables the cluster's settings may set: the lock's
-// limits and timings, the maintenance window and the blockers. The rest
-// is about one host (its sentinel, its reboot, its drain, its
-// credentials) and stays in its files.
-var ClusterTables = []string{"lock", "window", "blockers"}
+// ClusterKeys are what the cluster's settings may set: the lock's limits,
+// the maintenance window and the blockers. The rest is about one host
+// (its sentinel, its reboot, its drain, its credentials, the lock's
+// timings) and stays in its files.
+var ClusterKeys = []string{"lock.concurrency", "lock.groups", "window", "blockers"}
+
+func clusterKey(key string) bool {
+	for _, k := range ClusterKeys {
+		if key == k || strings.HasPrefix(key, k+".") || strings.HasPrefix(key, k+"[") {
+			return true
+		}
+	}
+	return key == "version" || key == "lock" // the table that holds the limits
+}
 
 // LoadWithCluster is Load with the cluster's settings (TOML, the same
-// schema as the files, only ClusterTables) as a layer between the
+// schema as the files, only ClusterKeys) as a layer between the
 // built-in defaults and the host's files: a key a file sets wins, then
 // the cluster's, then the default. Every problem of either is reported in
 // one *Error, the cluster's named by ClusterSource and line. An empty
@@ -81,8 +90,15 @@ func LoadWithCluster(path string, t Trust, cluster string) (*Loaded, error) {
 // CheckCluster validates the cluster's settings alone, over the built-in
 // defaults, as `kured-host settings apply` does before it writes them.
 func CheckCluster(cluster string) (*Loaded, error) {
+	return ApplyCluster(Default(), cluster)
+}
+
+// ApplyCluster lays the cluster's settings over base (a configuration
+// that sets nothing the settings may not override) and validates the
+// result.
+func ApplyCluster(base Config, cluster string) (*Loaded, error) {
 	ps := &problems{files: []string{ClusterSource}}
-	return load([]string{ClusterSource}, func(string) ([]byte, error) { return []byte(cluster), nil }, ps)
+	return loadOver(base, []string{ClusterSource}, func(string) ([]byte, error) { return []byte(cluster), nil }, ps)
 }
 
 // LoadFiles decodes the given files in order over Default() and validates
@@ -93,7 +109,11 @@ func LoadFiles(paths ...string) (*Loaded, error) {
 }
 
 func load(paths []string, read func(string) ([]byte, error), ps *problems) (*Loaded, error) {
-	l := &Loaded{Config: Default(), Origins: map[string]Origin{}}
+	return loadOver(Default(), paths, read, ps)
+}
+
+func loadOver(base Config, paths []string, read func(string) ([]byte, error), ps *problems) (*Loaded, error) {
+	l := &Loaded{Config: base, Origins: map[string]Origin{}}
 	for _, p := range paths {
 		data, err := read(p)
 		if err != nil {
@@ -146,15 +166,13 @@ func (c *Config) checkFiles(report reportFunc) {
 }
 
 // decodeCluster decodes the cluster's settings like a file, then reports
-// each key outside ClusterTables. "version" may be given, as in a file.
+// each key outside ClusterKeys. "version" may be given, as in a file.
 func decodeCluster(data []byte, cfg *Config, origins map[string]Origin, ps *problems) {
 	mine := map[string]Origin{}
 	decodeFile(ClusterSource, data, cfg, mine, ps)
 	for _, key := range slices.Sorted(maps.Keys(mine)) {
-		top, _, _ := strings.Cut(key, ".")
-		top, _, _ = strings.Cut(top, "[")
-		if top != "version" && !slices.Contains(ClusterTables, top) {
-			ps.add(mine[key], key, "not a cluster setting: the cluster's settings may set only %s; set %s in each host's files", strings.Join(ClusterTables, ", "), key)
+		if !clusterKey(key) {
+			ps.add(mine[key], key, "not a cluster setting: the cluster's settings may set only %s; set %s in each host's files", strings.Join(ClusterKeys, ", "), key)
 			continue
 		}
 		origins[key] = mine[key]

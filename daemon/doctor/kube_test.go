@@ -238,3 +238,38 @@ func TestKubeconfig(t *testing.T) {
 		t.Errorf("no hint to run as root: %s", f)
 	}
 }
+
+type settingsText struct {
+	text string
+	err  error
+}
+
+func (s settingsText) Settings(context.Context) (string, error) { return s.text, s.err }
+
+// TestSettings: the cluster's settings as check reports them, validated
+// under this host's files.
+func TestSettings(t *testing.T) {
+	reload := func(text string) error {
+		_, err := config.CheckCluster(text)
+		return err
+	}
+	tests := []struct {
+		name   string
+		r      settingsText
+		level  Level
+		in, at string // in the message; in the detail
+	}{
+		{"none", settingsText{}, OK, "no cluster settings", ""},
+		{"valid", settingsText{text: "[lock]\nconcurrency = 2\n"}, OK, "are valid under this host's files", ""},
+		{"bad", settingsText{text: "[lock]\nconcurrency = 0\n"}, Fail, "not valid; the nodes keep what they had", config.ClusterSource + ":2: lock.concurrency"},
+		{"unreadable", settingsText{err: errors.New("forbidden")}, Fail, "cannot read the cluster's settings: forbidden", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := Settings(context.Background(), tt.r, reload)
+			if f.Level != tt.level || !strings.Contains(f.Message, tt.in) || !strings.Contains(f.Detail, tt.at) {
+				t.Errorf("got %s (detail %q); want %s with %q and %q", f, f.Detail, tt.level, tt.in, tt.at)
+			}
+		})
+	}
+}

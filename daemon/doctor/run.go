@@ -10,6 +10,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/kube"
+	"github.com/kured-host/kured-host/daemon/steer"
 )
 
 // Options are what `kured-host check` gives Run besides the configuration.
@@ -27,6 +28,10 @@ type Options struct {
 	Timeout time.Duration
 	// UID is the user check runs as (os.Geteuid()).
 	UID int
+	// Reload loads the configuration with the cluster's settings under
+	// the host's files, as the daemon does when it joins; nil skips the
+	// settings.
+	Reload func(cluster string) error
 }
 
 // Run checks everything the configuration makes the daemon need, in the
@@ -97,7 +102,31 @@ func cluster(ctx context.Context, o Options, report func(Finding)) {
 			report(f)
 		}
 	}
+	if o.Reload != nil {
+		report(Settings(ctx, steer.Reader{Client: client, Node: node}, o.Reload))
+	}
 	// Even a refusal (an expired certificate) carries the server's Date.
 	offset, seen := clock.Offset()
 	report(Clock(offset, seen, BoundsFor(c.Lock)))
+}
+
+// Settings reads the cluster's settings as the node would and validates
+// them under this host's files. Bad settings fail the check: the nodes
+// keep what they had until they are fixed.
+func Settings(ctx context.Context, r interface {
+	Settings(context.Context) (string, error)
+}, reload func(string) error) Finding {
+	const check = "settings"
+	text, err := r.Settings(ctx)
+	switch {
+	case err != nil:
+		return finding(Fail, check, "cannot read the cluster's settings: %v", err)
+	case text == "":
+		return finding(OK, check, "no cluster settings: this host's files and the built-in defaults")
+	}
+	if err := reload(text); err != nil {
+		return Finding{Level: Fail, Check: check, Message: "the cluster's settings are not valid; the nodes keep what they had",
+			Detail: err.Error()}
+	}
+	return finding(OK, check, "the cluster's settings (%s/%s) are valid under this host's files (kured-host settings shows them)", steer.Namespace, steer.Name)
 }

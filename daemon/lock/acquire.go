@@ -19,7 +19,8 @@ func (l *Lock) Join(ctx context.Context) error {
 		if cur.state != "" {
 			return nil
 		}
-		c := claim.Claim{Since: l.o.ServerNow().UTC().Truncate(time.Millisecond), Limits: l.o.Limits, Groups: groupValues(cur.labels, l.o.Limits.Groups)}
+		own := l.ownLimits()
+		c := claim.Claim{Since: l.o.ServerNow().UTC().Truncate(time.Millisecond), Limits: own, Groups: groupValues(cur.labels, own.Groups)}
 		_, err := l.write(ctx, claim.Waiting, c)
 		if err == nil {
 			l.log.Info("joined the queue for a reboot slot")
@@ -116,7 +117,8 @@ func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
 // daemon with a laxer configuration keeps its published limits until it
 // releases).
 func (l *Lock) published(prev claim.Limits) claim.Limits {
-	out := claim.Limits{Concurrency: l.o.Limits.Concurrency, Groups: slices.Clone(l.o.Limits.Groups)}
+	own := l.ownLimits()
+	out := claim.Limits{Concurrency: own.Concurrency, Groups: slices.Clone(own.Groups)}
 	if prev.Concurrency > 0 && prev.Concurrency < out.Concurrency {
 		out.Concurrency = prev.Concurrency
 	}
@@ -214,7 +216,7 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	}
 	now, server := l.o.Now(), l.o.ServerNow()
 	l.raiseAlarms(ctx, ps, server)
-	v := claim.Verify(me, l.o.Limits, ps, server, l.o.TTL)
+	v := claim.Verify(me, l.ownLimits(), ps, server, l.o.TTL)
 	if v.Decision != claim.StepBack {
 		// Fairness: a node that announced from a stale view gives way to
 		// a waiting node whose turn it is. Stepping back is always safe.

@@ -276,7 +276,7 @@ func markLeft(n metav1.Object, m participantMark) bool {
 // over or blocked by a full group, and never fewer than 16, so that in
 // most clusters every waiting node watches and the slots go strictly in
 // queue order; only long queues pace their tails.
-func (l *Lock) window() int { return max(2*max(l.o.Limits.Concurrency, 1)+2, minWindow) }
+func (l *Lock) window() int { return max(2*max(l.ownLimits().Concurrency, 1)+2, minWindow) }
 
 const minWindow = 16
 

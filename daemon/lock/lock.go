@@ -101,6 +101,9 @@ type Lock struct {
 	// (SetPaused); resumed is when it last saw a pause end.
 	paused  bool
 	resumed time.Time
+	// limits are this node's configured limits (Options.Limits, then
+	// SetLimits).
+	limits  claim.Limits
 	status  Status
 	alarmed map[string]bool
 	// failures counts writes in a row that failed other than by a
@@ -138,6 +141,7 @@ func New(o Options) *Lock {
 		changed:       make(chan struct{}, 1),
 		firstEligible: map[string]time.Time{},
 		alarmed:       map[string]bool{},
+		limits:        o.Limits,
 		status:        Status{Position: -1},
 	}
 }
@@ -163,6 +167,23 @@ func (l *Lock) SetPaused(paused bool) {
 		l.resumed = l.o.Now()
 	}
 	l.paused = paused
+}
+
+// SetLimits changes this node's configured limits (the cluster's
+// settings changed). The cycle calls it only while the node has no claim:
+// a claim publishes the limits it was made with, and the stricter of
+// those and the configuration's stays published until it is released.
+func (l *Lock) SetLimits(lim claim.Limits) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.limits = lim
+}
+
+// ownLimits are this node's configured limits.
+func (l *Lock) ownLimits() claim.Limits {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limits
 }
 
 // Status returns the lock's current view.

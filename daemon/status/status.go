@@ -46,6 +46,7 @@ const (
 const (
 	FromConfig   = "config"   // this machine's configuration file
 	FromDefaults = "defaults" // the built-in defaults (no configuration file)
+	FromCluster  = "cluster"  // the cluster's settings (kured-host settings)
 	FromNode     = "node"     // published in a node's claim
 )
 
@@ -399,13 +400,16 @@ type candidate struct {
 // them); then the built-in defaults when there is no configuration file.
 func (s *snap) limitFor(label string, members []claim.Participant) (int, From) {
 	var active, defaults []candidate
-	if s.local.File != "" {
-		origin := cmp.Or(s.local.ConcurrencyFrom, s.local.File)
-		if label != "" {
-			origin = cmp.Or(s.local.GroupsFrom, s.local.File)
-		}
-		active = append(active, candidate{s.own, From{Kind: FromConfig, Origin: origin}})
-	} else {
+	set := s.local.ConcurrencyFrom
+	if label != "" {
+		set = s.local.GroupsFrom
+	}
+	switch {
+	case strings.HasPrefix(set, config.ClusterSource):
+		active = append(active, candidate{s.own, From{Kind: FromCluster, Origin: set}})
+	case s.local.File != "":
+		active = append(active, candidate{s.own, From{Kind: FromConfig, Origin: cmp.Or(set, s.local.File)}})
+	default:
 		defaults = append(defaults, candidate{s.own, From{Kind: FromDefaults}})
 	}
 	for _, p := range members {
@@ -612,6 +616,11 @@ func (s From) String() string {
 		return "this configuration, " + s.Origin
 	case FromDefaults:
 		return "built-in default: no configuration file"
+	case FromCluster:
+		if line, ok := strings.CutPrefix(s.Origin, config.ClusterSource+":"); ok {
+			return "the cluster's settings, line " + line
+		}
+		return "the cluster's settings"
 	case FromNode:
 		return "published by " + s.Node + ", " + s.State
 	}

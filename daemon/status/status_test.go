@@ -157,6 +157,11 @@ func fixtures() []fixture {
 			{name: "late", zone: "zone-a", c: waiting(2*time.Minute, limits(3, 2))},
 		}},
 		{"forged", local(3, 1, nil), forged()},
+		{"cluster-settings", Local{Lock: func() config.LockConfig { l := config.Default().Lock; l.Concurrency = 3; return l }(),
+			ConcurrencyFrom: config.ClusterSource + ":2", GroupsFrom: config.ClusterSource + ":4"}, []fx{
+			{name: "s-1", zone: "zone-a", c: holding(10*time.Minute, 8*time.Minute, claim.PhaseDraining, limits(3, 1), "zone-a")},
+			{name: "s-2", zone: "zone-b", c: waiting(9*time.Minute, limits(3, 1))},
+		}},
 		{"orders", local(2, 0, nil), []fx{
 			{name: "n-1", unschedulable: true, c: holding(10*time.Minute, 8*time.Minute, claim.PhaseRebooting, limits(2, 0), "")},
 			{name: "n-2", c: waiting(9*time.Minute, limits(2, 0))},

@@ -30,6 +30,9 @@ const (
 	KeyPaused      = "paused"
 	KeyPausedBy    = "paused-by"
 	KeyPausedSince = "paused-since" // RFC 3339
+	// KeySettings holds the cluster's settings: TOML in the schema of
+	// the configuration file, limited to config.ClusterKeys.
+	KeySettings = "config.toml"
 )
 
 // The hold of one node: the label holds it (its value is free: "true",
@@ -150,6 +153,20 @@ func (r Reader) Pause(ctx context.Context) (Order, bool, error) {
 	}
 	o, paused := PauseOf(cm.Data)
 	return o, paused, nil
+}
+
+// Settings reads the cluster's settings ("" when there are none).
+func (r Reader) Settings(ctx context.Context) (string, error) {
+	cm, err := r.Client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, r.get())
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case apierrors.IsForbidden(err):
+		return "", fmt.Errorf("node %s may not read the ConfigMap %s/%s, where the cluster's settings are: %s", r.Node, Namespace, Name, grantForReader)
+	case err != nil:
+		return "", fmt.Errorf("read the ConfigMap %s/%s: %w", Namespace, Name, err)
+	}
+	return cm.Data[KeySettings], nil
 }
 
 // Hold reads this node's hold from its Node.

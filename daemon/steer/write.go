@@ -35,33 +35,47 @@ func nullable(s string) any {
 // Pause pauses the cluster: the ConfigMap is created, or its pause keys
 // replaced.
 func Pause(ctx context.Context, c kubernetes.Interface, o Order) error {
-	data := map[string]any{KeyPaused: o.Reason, KeyPausedBy: nullable(o.By), KeyPausedSince: nullable(since(o.Since))}
+	err := patchData(ctx, c, map[string]any{KeyPaused: o.Reason, KeyPausedBy: nullable(o.By), KeyPausedSince: nullable(since(o.Since))})
+	if err != nil {
+		return fmt.Errorf("pause: write the ConfigMap %s/%s: %w", Namespace, Name, err)
+	}
+	return nil
+}
+
+// SetSettings writes the cluster's settings (validated by the caller).
+func SetSettings(ctx context.Context, c kubernetes.Interface, text string) error {
+	if err := patchData(ctx, c, map[string]any{KeySettings: text}); err != nil {
+		return fmt.Errorf("write the cluster's settings to the ConfigMap %s/%s: %w", Namespace, Name, err)
+	}
+	return nil
+}
+
+// patchData merge-patches the ConfigMap's data (a nil value removes the
+// key), creating the ConfigMap if there is none.
+func patchData(ctx context.Context, c kubernetes.Interface, data map[string]any) error {
 	patch, err := json.Marshal(map[string]any{"data": data})
 	if err != nil {
 		return err
 	}
 	cms := c.CoreV1().ConfigMaps(Namespace)
 	_, err = cms.Patch(ctx, Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) {
-		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: Name, Labels: map[string]string{"app.kubernetes.io/name": "kured-host"}},
-			Data:       map[string]string{KeyPaused: o.Reason},
-		}
-		if o.By != "" {
-			cm.Data[KeyPausedBy] = o.By
-		}
-		if s := since(o.Since); s != "" {
-			cm.Data[KeyPausedSince] = s
-		}
-		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			_, err = cms.Patch(ctx, Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: Name, Labels: map[string]string{"app.kubernetes.io/name": "kured-host"}},
+		Data:       map[string]string{},
+	}
+	for k, v := range data {
+		if s, ok := v.(string); ok {
+			cm.Data[k] = s
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("pause: write the ConfigMap %s/%s: %w", Namespace, Name, err)
+	_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = cms.Patch(ctx, Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	}
-	return nil
+	return err
 }
 
 // Resume lifts the pause and returns the pause it lifted, if any. The

@@ -66,6 +66,12 @@ func (h *SimHost) RunKuredHost(bin string, c config.Config, env ...string) (*Kur
 	if err != nil {
 		return nil, err
 	}
+	return h.RunKuredHostTOML(bin, data, env...)
+}
+
+// RunKuredHostTOML is RunKuredHost with the configuration file as given:
+// for a file that leaves keys unset, as an operator's does.
+func (h *SimHost) RunKuredHostTOML(bin string, data []byte, env ...string) (*KuredHost, error) {
 	k := &KuredHost{Host: h, Config: filepath.Join(h.Root, "etc/kured-host/config.toml"), env: env}
 	if err := os.MkdirAll(filepath.Dir(k.Config), 0o755); err != nil {
 		return nil, err

@@ -168,6 +168,11 @@ func (w *World) startFaults() {
 			w.at(func() { w.hold(w.randomHost(), w.draw(Span{time.Minute, 12 * time.Minute})) })
 		}
 	}
+	if f.Settings {
+		for range 1 + w.intn(3) {
+			w.at(w.changeSettings)
+		}
+	}
 	if f.StuckBudget && w.o.PodsPerNode > 0 {
 		// Longer than drain.timeout (10 min): the drain gives up, the node
 		// is put back and tries again later.

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kured-host/kured-host/daemon"
+	"github.com/kured-host/kured-host/daemon/block"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/drain"
 	"github.com/kured-host/kured-host/daemon/events"
@@ -22,6 +23,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/daemon/notify"
+	"github.com/kured-host/kured-host/daemon/steer"
 	"github.com/kured-host/kured-host/test/sim/api"
 )
 
@@ -349,8 +351,19 @@ func (h *Host) startDaemon() {
 		Marks: &marks.Marker{Client: c.Kube, Node: h.Name, Annotate: true,
 			Pre: map[string]string{"sim.kured-host.dev/rebooting": "true"}, Post: map[string]string{"sim.kured-host.dev/rebooting": "false"}},
 		Blockers: append(orders, h),
-		Messages: h,
-		Watchdog: 3 * time.Minute,
+		// The cluster's settings, over this host's configuration: the
+		// simulated hosts have no files, so every setting applies.
+		Settings: steer.Reader{Client: c.Kube, Node: h.Name, Cached: true},
+		Reload: func(cluster string) (config.Config, error) {
+			l, err := config.ApplyCluster(h.Cfg, cluster)
+			if err != nil {
+				return config.Config{}, err
+			}
+			return l.Config, nil
+		},
+		BlockersFor: func(config.Config) []block.Blocker { return append(orders, h) },
+		Messages:    h,
+		Watchdog:    3 * time.Minute,
 		// Handing back start-up pages is a host's business: here it
 		// fails now and then, which the daemon only reports.
 		Trim: func() (int64, error) {

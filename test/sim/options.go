@@ -58,6 +58,7 @@ type FaultSet struct {
 	StuckBudget  bool // a budget refuses every eviction for longer than the drain's time-out
 	RebootStall  bool // logind refuses a reboot request, or the machine stays up past reboot.timeout
 	Orders       bool // the operator pauses the cluster, and holds nodes, for a while
+	Settings     bool // the operator changes the cluster's settings mid-roll, once to a bad value
 }
 
 // Names lists the faults that are on.
@@ -71,7 +72,7 @@ func (f FaultSet) Names() []string {
 		{f.WatchLag, "watch-lag"}, {f.AdminEdits, "admin-edits"}, {f.NodeDelete, "node-delete"},
 		{f.Relabel, "relabel"}, {f.Unplanned, "unplanned-reboot"}, {f.SlowKubelet, "slow-kubelet"},
 		{f.Death, "death"}, {f.ClockOffsets, "clock-offsets"}, {f.Blocked, "blocked"}, {f.StuckBudget, "stuck-budget"},
-		{f.RebootStall, "reboot-stall"}, {f.Orders, "orders"},
+		{f.RebootStall, "reboot-stall"}, {f.Orders, "orders"}, {f.Settings, "settings"},
 	} {
 		if x.on {
 			out = append(out, x.name)
@@ -116,6 +117,7 @@ func Draw(seed int64) Options {
 	// Drawn apart, after the others: the seeds drawn before it keep
 	// their faults.
 	o.Faults.Orders = p(0.2)
+	o.Faults.Settings = p(0.2)
 	if o.Faults.SlowKubelet {
 		o.KubeletDelay = Span{time.Second, 3 * time.Minute}
 	}

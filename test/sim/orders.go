@@ -1,12 +1,14 @@
 package sim
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/steer"
 	"github.com/kured-host/kured-host/test/sim/api"
 )
@@ -67,8 +69,9 @@ func (w *World) pause(d time.Duration) {
 // setPause writes the pause.
 func (w *World) setPause(d time.Duration) {
 	w.tracef("api", "the operator pauses the cluster for %s", d.Round(time.Second))
-	w.store.SetConfigMap(steer.Namespace, steer.Name, map[string]string{
-		steer.KeyPaused: "change freeze", steer.KeyPausedBy: "sim", steer.KeyPausedSince: time.Now().UTC().Format(time.RFC3339),
+	w.editConfigMap(func(data map[string]string) {
+		data[steer.KeyPaused], data[steer.KeyPausedBy] = "change freeze", "sim"
+		data[steer.KeyPausedSince] = time.Now().UTC().Format(time.RFC3339)
 	})
 	w.orders.mu.Lock()
 	w.orders.pausedSince = time.Now()
@@ -83,10 +86,15 @@ func (w *World) liftPause() {
 	w.orders.mu.Unlock()
 	switch how {
 	case "removes the pause":
-		w.store.SetConfigMap(steer.Namespace, steer.Name, map[string]string{"note": "resumed"})
+		w.editConfigMap(func(data map[string]string) {
+			delete(data, steer.KeyPaused)
+			delete(data, steer.KeyPausedBy)
+			delete(data, steer.KeyPausedSince)
+		})
 	case "sets paused to false":
-		w.store.SetConfigMap(steer.Namespace, steer.Name, map[string]string{steer.KeyPaused: "false"})
+		w.editConfigMap(func(data map[string]string) { data[steer.KeyPaused] = "false" })
 	default:
+		// The cluster's settings go with it.
 		w.store.SetConfigMap(steer.Namespace, steer.Name, nil)
 	}
 	w.tracef("api", "the operator %s: resumed", how)
@@ -152,4 +160,38 @@ func (w *World) checkOrders(r api.Revision, prev *corev1.Node) {
 	if why != "" {
 		w.violate("%s %s while %s", n.Name, step, why)
 	}
+}
+
+// changeSettings is the operator changing the cluster's settings mid-roll:
+// the concurrency up or down, the limit per zone, or a setting the nodes
+// must refuse (a bad value, a host's key), which must change nothing.
+func (w *World) changeSettings() {
+	var text, what string
+	switch w.intn(4) {
+	case 0:
+		text, what = "[lock]\nconcurrency = 0\n", "a bad concurrency (0)"
+	case 1:
+		text, what = "[sentinel]\nperiod = \"1s\"\n", "a host's key (sentinel.period)"
+	default:
+		c := 1 + w.intn(3)
+		text, what = fmt.Sprintf("[lock]\nconcurrency = %d\n", c), fmt.Sprintf("concurrency %d", c)
+		if w.o.Zones > 0 {
+			z := 1 + w.intn(2)
+			text += fmt.Sprintf("[[lock.groups]]\nlabel = %q\nmax = %d\n", config.ZoneLabel, z)
+			what += fmt.Sprintf(", %d per zone", z)
+		}
+	}
+	w.editConfigMap(func(data map[string]string) { data[steer.KeySettings] = text })
+	w.tracef("api", "the operator sets the cluster's settings: %s", what)
+}
+
+// editConfigMap changes keys of kube-system/kured-host, keeping the
+// others, as kubectl patch does.
+func (w *World) editConfigMap(change func(map[string]string)) {
+	w.store.EditConfigMap(steer.Namespace, steer.Name, func(data map[string]string) {
+		change(data)
+		if data[steer.KeySettings] != "" {
+			w.settingsSet.Store(true)
+		}
+	})
 }

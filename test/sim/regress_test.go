@@ -12,6 +12,7 @@ import (
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/steer"
 	"github.com/kured-host/kured-host/test/sim/api"
 )
 
@@ -534,6 +535,50 @@ func TestRegressions(t *testing.T) {
 			}
 			if as := announces(w); len(as) == 0 || as[len(as)-1].node != held {
 				t.Errorf("the held node %s did not go last: %v", held, as)
+			}
+		},
+	}, {
+		// The operator raises the concurrency to 3 in the cluster's
+		// settings before the nodes need their reboots, then writes a
+		// bad setting mid-roll: the nodes take up to 3 slots (their
+		// configuration says 1), and the bad setting changes nothing
+		// and stops no one.
+		name: "cluster settings raised, then a bad one",
+		opts: func() Options {
+			o := base(6)
+			o.Script = func(w *World) {
+				w.goSafe(func() {
+					if sleep(w.ctx, 30*time.Second) != nil {
+						return
+					}
+					w.editConfigMap(func(d map[string]string) { d[steer.KeySettings] = "[lock]\nconcurrency = 3\n" })
+					w.tracef("api", "the operator sets the cluster's settings: concurrency 3 (scenario)")
+					if sleep(w.ctx, 2*time.Minute) != nil {
+						return
+					}
+					w.editConfigMap(func(d map[string]string) { d[steer.KeySettings] = "[lock]\nconcurrency = 0\n" })
+					w.tracef("api", "the operator sets the cluster's settings: concurrency 0 (scenario)")
+				})
+			}
+			return o
+		},
+		fired: traced("concurrency 0 (scenario)"),
+		check: func(t *testing.T, w *World, res Result) {
+			wantEvent("SettingsApplied")(t, w, res)
+			most := 0
+			holding := map[string]bool{}
+			for _, r := range w.store.Revisions() {
+				holding[r.Node.Name] = claim.State(r.Node.Labels[claim.Label]) == claim.Holding
+				n := 0
+				for _, h := range holding {
+					if h {
+						n++
+					}
+				}
+				most = max(most, n)
+			}
+			if most < 2 || most > 3 {
+				t.Errorf("at most %d nodes held at once; want 2 or 3 under the cluster's concurrency 3", most)
 			}
 		},
 	}}

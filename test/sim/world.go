@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,6 +66,8 @@ type World struct {
 	stuck map[string]time.Time
 	// orders are the operator's pauses and holds.
 	orders orders
+	// settingsSet: the cluster's settings were written during the run.
+	settingsSet atomic.Bool
 }
 
 // New builds the world of o (nothing runs until Run).
@@ -574,8 +577,10 @@ func (w *World) finalChecks(done bool) {
 		}
 	}
 	checks := slices.Concat(h.CheckCommits(), h.CheckPublishedLimits(), cordons)
-	if !w.o.Mixed {
-		// One configuration: its limits hold at every revision.
+	if !w.o.Mixed && !w.settingsSet.Load() {
+		// One configuration: its limits hold at every revision. (The
+		// cluster's settings change it mid-roll: the published limits
+		// and each commit are checked then.)
 		checks = append(checks, h.CheckLimits(w.strictest())...)
 	}
 	for _, v := range checks {

@@ -73,6 +73,8 @@ type nodeSpec struct {
 	// KubeletDelay.
 	abrupt       bool
 	kubeletDelay time.Duration
+	// edit, if set, changes the configuration file as written.
+	edit func([]byte) []byte
 }
 
 // baseConfig is every test node's configuration: the defaults with a short
@@ -121,7 +123,14 @@ func startNode(t *testing.T, ctx context.Context, s nodeSpec) *node {
 	if s.config != nil {
 		s.config(&c)
 	}
-	n.k, err = h.RunKuredHost(bin, c, n.env()...)
+	data, err := config.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.edit != nil {
+		data = s.edit(data)
+	}
+	n.k, err = h.RunKuredHostTOML(bin, data, n.env()...)
 	if err != nil {
 		t.Fatal(err)
 	}

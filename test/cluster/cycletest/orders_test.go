@@ -2,7 +2,10 @@ package cycletest
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -11,6 +14,9 @@ import (
 	"time"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/config"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestPauseAndHold is an operator steering a roll with the real binary
@@ -142,4 +148,117 @@ func TestPauseAndHold(t *testing.T) {
 	if len(order) != len(waiting) {
 		t.Errorf("%d announces after the resume, want %d", len(order), len(waiting))
 	}
+}
+
+// TestClusterSettings: an operator raises the concurrency for the whole
+// cluster with `kured-host settings apply`, the real binary and an
+// admin's kubeconfig: the nodes (whose files set no limit) take two slots
+// at once, and the auditor finds nothing. A file that is not valid is
+// refused before anything is written (exit 2, its line named); a bad
+// object written with kubectl changes nothing on the nodes, which say so
+// (SettingsInvalid), and check fails on it.
+func TestClusterSettings(t *testing.T) {
+	ctx := ctxFor(t, 4*time.Minute)
+	dir := t.TempDir()
+	admin := filepath.Join(dir, "admin.kubeconfig")
+	if err := cp.WriteKubeconfig(admin, "settings-admin", []string{"system:masters"}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (int, string, string) {
+		t.Helper()
+		var out, errs bytes.Buffer
+		cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", admin)...)
+		cmd.Stdout, cmd.Stderr = &out, &errs
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode(), out.String(), errs.String()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, out.String(), errs.String()
+	}
+	t.Cleanup(func() {
+		_ = cp.Admin.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), "kured-host", metav1.DeleteOptions{})
+	})
+	bad := filepath.Join(dir, "bad.toml")
+	good := filepath.Join(dir, "good.toml")
+	for p, text := range map[string]string{bad: "[lock]\nconcurrency = 2\n[drain]\ntimeout = \"1m\"\n", good: "# for every node\n[lock]\nconcurrency = 2\n"} {
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, errs := run("settings", "apply", "-f", bad); code != 2 || !strings.Contains(errs, ":4: drain.timeout: not a cluster setting") {
+		t.Errorf("apply of a bad file: exit %d, stderr %q; want 2 and the key named", code, errs)
+	}
+	if code, out, errs := run("settings", "apply", "-f", good); code != 0 {
+		t.Fatalf("apply: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, _ := run("settings"); code != 0 || !strings.Contains(out, "concurrency = 2  # "+config.ClusterSource+":3") {
+		t.Errorf("settings (exit %d) does not show the concurrency from the settings:\n%s", code, out)
+	}
+
+	var nodes []*node
+	for i := range 4 {
+		nodes = append(nodes, startNode(t, ctx, nodeSpec{name: fmt.Sprintf("settings-%d", i), stop: 300 * time.Millisecond, edit: withoutLimits}))
+	}
+	a, err := cp.StartAuditor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	a.Scope = func(n string) bool { return strings.HasPrefix(n, "settings-") }
+	workload(t, ctx, "settings", nodes)
+	for _, n := range nodes {
+		if err := n.h.SetRebootRequired(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectEvent(t, ctx, nodes[0].h.Name, "SettingsApplied", "at most 2 node(s) of the cluster at once")
+	waitDone(t, ctx, nodes...)
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Check(claim.Limits{Concurrency: 2}); err != nil {
+		t.Error(err)
+	}
+	if most, _ := a.MaxHolders(""); most != 2 {
+		t.Errorf("at most %d nodes held a slot at once; want 2, the cluster's setting", most)
+	}
+
+	// kubectl writes what apply would refuse: the nodes keep theirs.
+	if _, err := cp.Admin.CoreV1().ConfigMaps("kube-system").Patch(ctx, "kured-host", types.MergePatchType,
+		[]byte(`{"data":{"config.toml":"[lock]\nconcurrency = 0\n"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[0].h.SetRebootRequired(true); err != nil {
+		t.Fatal(err)
+	}
+	expectEvent(t, ctx, nodes[0].h.Name, "SettingsInvalid", "lock.concurrency")
+	waitFor(t, ctx, nodes[0].h.Name+" rebooted again", func() bool {
+		st, _, _ := claimOf(t, ctx, nodes[0].h.Name)
+		return nodes[0].h.Boots() >= 3 && st == ""
+	})
+}
+
+// withoutLimits takes lock.concurrency and lock.groups out of a written
+// configuration, as config.toml.example ships them: the cluster's
+// settings apply.
+func withoutLimits(data []byte) []byte {
+	var out []string
+	inGroups := false
+	for _, line := range strings.Split(string(data), "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case trimmed == "[[lock.groups]]":
+			inGroups = true
+			continue
+		case strings.HasPrefix(trimmed, "["):
+			inGroups = false
+		case inGroups, strings.HasPrefix(trimmed, "concurrency = "):
+			continue
+		}
+		out = append(out, line)
+	}
+	return []byte(strings.Join(out, "\n"))
 }

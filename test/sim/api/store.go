@@ -121,6 +121,20 @@ func (s *Store) SetConfigMap(namespace, name string, data map[string]string) {
 	}
 }
 
+// EditConfigMap is an admin's patch of a ConfigMap's data, created if
+// there is none: change sees the data, and what it leaves is written.
+func (s *Store) EditConfigMap(namespace, name string, change func(map[string]string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := namespace + "/" + name
+	data := map[string]string{}
+	if cm, ok := s.configMaps[key]; ok {
+		data = maps.Clone(cm.Data)
+	}
+	change(data)
+	s.configMaps[key] = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Data: data}
+}
+
 // ConfigMapData is a ConfigMap's data, nil if there is none.
 func (s *Store) ConfigMapData(namespace, name string) map[string]string {
 	s.mu.Lock()

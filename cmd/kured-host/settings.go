@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/steer"
+)
+
+const settingsAbout = `Shows the cluster's settings: the lock's limits (lock.concurrency,
+lock.groups), the maintenance window and the blockers that every node
+uses unless its own files set them. They are TOML in the schema of
+config.toml, in the key config.toml of the ConfigMap kube-system/kured-host.
+Each value is shown with where it comes from: the settings (and their
+line) or the built-in default. On a node, a key its files set wins:
+"kured-host check --config-only" there shows the node's own view.
+
+A node reads the settings when it needs a reboot, before it joins the
+queue, and publishes the limits it took in its claim; the strictest limit
+any node publishes binds every node, so a change mid-roll is safe: a
+lower limit binds as soon as one node joins with it, a higher one once
+the nodes that joined under the lower one are through.
+
+  kured-host settings apply -f FILE   validate FILE, then write it
+
+The kubectl equivalent of apply (without the validation):
+
+  kubectl -n kube-system create configmap kured-host --from-file=config.toml=FILE \
+    --dry-run=client -o yaml | kubectl apply -f -
+
+` + ordersAbout
+
+func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "apply" {
+		return runSettingsApply(ctx, args[1:], stdout)
+	}
+	f := newFlags("settings", "[--kubeconfig FILE] | settings apply -f FILE [--kubeconfig FILE]", settingsAbout)
+	kubeconfig := kubeconfigFlag(f)
+	if done, err := f.parse(args, stdout); done {
+		return err
+	}
+	c, _, err := adminClient(ctx, *kubeconfig)
+	if err != nil {
+		return err
+	}
+	text, err := steer.Reader{Client: c}.Settings(ctx)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(text) == "" {
+		_, err := fmt.Fprintf(stdout, "no cluster settings (the ConfigMap %s/%s has no key %s): every node uses its own files and the built-in defaults\n", steer.Namespace, steer.Name, steer.KeySettings)
+		return err
+	}
+	l, err := config.CheckCluster(text)
+	if err != nil {
+		fmt.Fprintf(stdout, "# the cluster's settings, as stored:\n%s\n", text)
+		return fmt.Errorf("the cluster's settings are not valid; the nodes keep what they had:\n%w", err)
+	}
+	var b bytes.Buffer
+	if err := l.Render(&b); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "# the cluster's settings (%s), over the built-in defaults;\n# on a node, a key its own files set wins\n", config.ClusterSource)
+	return writeClusterPart(stdout, b.Bytes())
+}
+
+// writeClusterPart keeps, of a rendered configuration, what the cluster's
+// settings may set: lock.concurrency, lock.groups, the window, the blockers.
+func writeClusterPart(w io.Writer, rendered []byte) error {
+	var out bytes.Buffer
+	table := ""
+	sc := bufio.NewScanner(bytes.NewReader(rendered))
+	for sc.Scan() {
+		line := sc.Text()
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "[") {
+			table = strings.Trim(trimmed, "[]")
+		}
+		keep := table == "window" || table == "lock.groups" || strings.HasPrefix(table, "blockers")
+		if table == "lock" {
+			keep = strings.HasPrefix(trimmed, "[lock]") || strings.HasPrefix(trimmed, "concurrency =")
+		}
+		if keep {
+			out.WriteString(line + "\n")
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	_, err := w.Write(out.Bytes())
+	return err
+}
+
+func runSettingsApply(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newFlags("settings apply", "-f FILE [--kubeconfig FILE]", "Validates FILE as the cluster's settings (the schema of config.toml,\nonly lock.concurrency, lock.groups, window and blockers), then writes it\nto the key config.toml of the ConfigMap kube-system/kured-host.\n\n"+ordersAbout)
+	file := f.String("f", "", "the settings `file` (TOML); - reads standard input")
+	kubeconfig := kubeconfigFlag(f)
+	if done, err := f.parse(args, stdout); done {
+		return err
+	}
+	if *file == "" {
+		return &usageError{"settings apply: -f FILE is required"}
+	}
+	var data []byte
+	var err error
+	if *file == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(*file)
+	}
+	if err != nil {
+		return fmt.Errorf("settings apply: %w", err)
+	}
+	if _, err := config.CheckCluster(string(data)); err != nil {
+		// A *config.Error: exit status 2; its lines are the file's.
+		return fmt.Errorf("%s, as the cluster's settings: %w", *file, err)
+	}
+	c, _, err := adminClient(ctx, *kubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := steer.SetSettings(ctx, c, string(data)); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "applied: the nodes take the settings when they next need a reboot, before they join the queue (kured-host settings shows them)\n")
+	return err
+}
