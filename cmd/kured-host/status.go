@@ -70,11 +70,12 @@ func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	// or are bad count for nothing here (the nodes keep what they had);
 	// a pause that cannot be read is reported with the rest.
 	settings, _ := steer.Reader{Client: client}.Settings(ctx)
-	_, local, err := statusConfig(*path, settings)
-	if err != nil {
+	_, local, serr := statusConfig(*path, settings)
+	if serr != nil {
 		if _, local, err = statusConfig(*path, ""); err != nil {
 			return err
 		}
+		local.SettingsError = strings.ReplaceAll(strings.TrimPrefix(serr.Error(), "invalid configuration:"), "\n", " ")
 	}
 	local.Self = cfg.Kubernetes.NodeName
 	if user, _ := status.WhoAmI(ctx, client); local.Self == "" && strings.HasPrefix(user, "system:node:") {

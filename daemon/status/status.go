@@ -62,6 +62,9 @@ type Local struct {
 	ConcurrencyFrom, GroupsFrom string
 	// Self is the node status runs on, when known.
 	Self string
+	// SettingsError says why the cluster's settings could not be taken:
+	// the nodes keep what they had.
+	SettingsError string
 }
 
 // Report is one snapshot, as the table and the JSON show it.
@@ -282,6 +285,9 @@ func Snapshot(nodes []corev1.Node, local Local, now time.Time) Report {
 	r.Unlabelled = s.unlabelled()
 	r.Summary = summarize(r)
 	r.Notes = notes(r)
+	if e := local.SettingsError; e != "" {
+		r.Notes = append(r.Notes, "the cluster's settings are not valid, so the nodes keep what they had (kured-host settings): "+e)
+	}
 	r.Held = []Held{}
 	for i := range nodes {
 		if o, held := steer.HoldOf(&nodes[i]); held {

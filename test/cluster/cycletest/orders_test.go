@@ -235,6 +235,10 @@ func TestClusterSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectEvent(t, ctx, nodes[0].h.Name, "SettingsInvalid", "lock.concurrency")
+	if code, out, _ := runStatus(t, ctx, "--kubeconfig", admin, "--config", filepath.Join(dir, "none.toml")); code != 0 ||
+		!strings.Contains(out, "! the cluster's settings are not valid, so the nodes keep what they had") || !strings.Contains(out, "lock.concurrency") {
+		t.Errorf("status (exit %d) does not name the bad setting:\n%s", code, out)
+	}
 	waitFor(t, ctx, nodes[0].h.Name+" rebooted again", func() bool {
 		st, _, _ := claimOf(t, ctx, nodes[0].h.Name)
 		return nodes[0].h.Boots() >= 3 && st == ""
