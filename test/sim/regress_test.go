@@ -508,17 +508,14 @@ func TestRegressions(t *testing.T) {
 					if sleep(w.ctx, 90*time.Second) != nil {
 						return
 					}
-					var next *Host
-					var first time.Time
-					for _, h := range w.Hosts {
-						n := w.store.Node(h.Name)
-						c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation])
-						if err == nil && c.State == claim.Waiting && (next == nil || c.Since.Before(first)) {
-							next, first = h, c.Since
+					for {
+						if next := nextWaiting(w); next != nil {
+							w.hold(next, 8*time.Minute)
+							return
 						}
-					}
-					if next != nil {
-						w.hold(next, 8*time.Minute)
+						if sleep(w.ctx, time.Second) != nil {
+							return
+						}
 					}
 				})
 			}
@@ -721,4 +718,19 @@ func holders(w *World) int {
 		}
 	}
 	return n
+}
+
+// nextWaiting returns the host first in the queue among those waiting, or
+// nil when none waits.
+func nextWaiting(w *World) *Host {
+	var next *Host
+	var first time.Time
+	for _, h := range w.Hosts {
+		n := w.store.Node(h.Name)
+		c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation])
+		if err == nil && c.State == claim.Waiting && (next == nil || c.Since.Before(first)) {
+			next, first = h, c.Since
+		}
+	}
+	return next
 }
