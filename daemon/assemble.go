@@ -114,10 +114,7 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 		Alarms:      &alarm.Report{Events: &events.Recorder{Client: c.Kube, Host: node}, Metrics: m, Log: log},
 		MayAnnounce: MayAnnounce(Orders(c.Kube, node, false)),
 	})
-	messages, err := notify.New(cfg.Notify, node, log)
-	if err != nil {
-		return nil, err
-	}
+	messages := notify.New(cfg.Notify, node, log)
 	if messages != nil {
 		messages.Failed = func() { m.Errors.WithLabelValues("notify").Inc() }
 	}

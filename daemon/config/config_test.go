@@ -93,7 +93,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 	c.Notify.TemplateDrain = MustTemplate("drain {{.Node}}")
 	c.Drain.Timeout = Duration(90 * time.Second)
 	c.Blockers.Prometheus.URL = mustURL(`https://u:p%22%5C@prom:9090/x?q="a\b"`)
-	c.Notify.URLs = []URL{mustURL("slack://hook:t0ken@webhook")}
+	c.Notify.URLs = []URL{mustURL("slack://hook:T00000000-B00000000-XXXXXXXXXXXXXXXXXXXXXXXX@webhook")}
 	data, err := Marshal(c)
 	if err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ var KuredOptions = []KuredOption{
 	{"--alert-filter-regexp", "blockers.prometheus.alert_filter_regexp", ""},
 	{"--alert-filter-match-only", "blockers.prometheus.alert_filter_match_only", ""},
 	{"--alert-firing-only", "blockers.prometheus.alert_firing_only", ""},
-	{"--notify-url", "notify.urls", "An array of shoutrrr URLs."},
+	{"--notify-url", "notify.urls", "An array of shoutrrr URLs, checked by the library's own parser when the configuration loads. kured's Teams form (`teams://group@tenant/altId/groupOwner?host=…`) lacks the webhook's last part: the error says what to write."},
 	{"--slack-hook-url", "notify.urls", "Deprecated in kured; write a `slack://` URL in `notify.urls`."},
 	{"--slack-username", "notify.urls", "Part of the `slack://` URL."},
 	{"--slack-channel", "notify.urls", "Part of the `slack://` URL."},

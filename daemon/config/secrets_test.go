@@ -27,7 +27,7 @@ const secretConfig = `[blockers.prometheus]
 url = "https://alice:pr0mPassw0rd@prom.example:9090/?token=qu3ryT0ken"
 
 [notify]
-urls = ["ifttt://K3YK3YK3Y/?events=reboot", "slack://hook:xoxbT0ken@webhook", "generic+https://hooks.example.com/hook"]
+urls = ["ifttt://K3YK3YK3Y/?events=reboot", "slack://hook:XOXBT0KEN-B00000000-xoxbT0kenxoxbT0ken123456@webhook", "generic+https://hooks.example.com/hook"]
 `
 
 // TestRenderRedacts: check --config-only shows every URL redacted, says

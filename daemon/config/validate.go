@@ -43,8 +43,11 @@ func (c *Config) validate(report reportFunc) {
 	argv(report, "health.command", c.Health.Command, false)
 	c.Node.validate(report)
 	for i, u := range c.Notify.URLs {
+		key := fmt.Sprintf("notify.urls[%d]", i)
 		if u.URL() == nil {
-			report(fmt.Sprintf("notify.urls[%d]", i), "must not be empty")
+			report(key, "must not be empty")
+		} else if err := checkNotifyURL(u.URL()); err != nil {
+			report(key, "%s: %v", u, err)
 		}
 	}
 	if a := c.Metrics.Address; a != "" {
