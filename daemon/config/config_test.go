@@ -331,6 +331,9 @@ func TestValueTypes(t *testing.T) {
 		{"Rebooting {{.Node}}", new(Template), "Rebooting {{.Node}}", false},
 		{"{{.Host}}", new(Template), "", true},
 		{"{{", new(Template), "", true},
+		{"Rebooting node %s", new(Template), "", true},
+		{"{{if .Reason}}failed: %s{{end}}", new(Template), "", true},
+		{`Rebooting {{printf "%s" .Node}}`, new(Template), `Rebooting {{printf "%s" .Node}}`, false},
 	}
 	for _, tt := range tests {
 		err := tt.v.UnmarshalText([]byte(tt.in))
@@ -343,6 +346,18 @@ func TestValueTypes(t *testing.T) {
 				t.Errorf("%T %q: parsed as %q, want %q", tt.v, tt.in, s, tt.want)
 			}
 		}
+	}
+}
+
+// TestKuredTemplate: kured's printf-style template is refused with the Go
+// template to write, naming the file, line and key.
+func TestKuredTemplate(t *testing.T) {
+	path := writeTemp(t, []byte("[notify]\ntemplate_uncordon = \"Node %s rebooted & uncordoned successfully!\"\n"))
+	_, err := LoadFiles(path)
+	want := path + `:2: notify.template_uncordon: "Node %s rebooted & uncordoned successfully!" has kured's %s, which is not replaced here: ` +
+		`write the Go template "Node {{.Node}} rebooted & uncordoned successfully!"`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %v\nwant it to hold %s", err, want)
 	}
 }
 

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
+	"text/template/parse"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -378,6 +380,12 @@ func (t *Template) UnmarshalText(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("invalid template %q: %w", b, err)
 	}
+	if textHas(tmpl.Tree.Root, "%s") {
+		// kured's templates are printf formats; sent as they are, "%s"
+		// would reach the chat literally.
+		return fmt.Errorf("%q has kured's %%s, which is not replaced here: write the Go template %q", b,
+			strings.ReplaceAll(string(b), "%s", "{{.Node}}"))
+	}
 	if err := tmpl.Execute(discard{}, MessageData{Node: "node", Reason: "reason"}); err != nil {
 		return fmt.Errorf("invalid template %q: %w (fields: {{.Node}}, {{.Reason}})", b, err)
 	}
@@ -404,6 +412,27 @@ func (t Template) String() string { return t.text }
 
 // Equal reports whether both have the same source.
 func (t Template) Equal(o Template) bool { return t.text == o.text }
+
+// textHas reports whether the literal text of the template (not its
+// actions: {{printf "%s" .Node}} is fine) holds sub.
+func textHas(n parse.Node, sub string) bool {
+	switch n := n.(type) {
+	case *parse.TextNode:
+		return strings.Contains(string(n.Text), sub)
+	case *parse.ListNode:
+		if n == nil {
+			return false
+		}
+		return slices.ContainsFunc(n.Nodes, func(c parse.Node) bool { return textHas(c, sub) })
+	case *parse.IfNode:
+		return textHas(n.List, sub) || textHas(n.ElseList, sub)
+	case *parse.RangeNode:
+		return textHas(n.List, sub) || textHas(n.ElseList, sub)
+	case *parse.WithNode:
+		return textHas(n.List, sub) || textHas(n.ElseList, sub)
+	}
+	return false
+}
 
 type discard struct{}
 
