@@ -80,7 +80,7 @@ func (d *Daemon) finishAbort(ctx context.Context, log *slog.Logger, c claim.Clai
 			return err
 		}
 	}
-	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.Cancelled(ctx) })
+	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.GaveUp(ctx) })
 	if err := d.Lock.Release(ctx); err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func (d *Daemon) lostPath(ctx context.Context, log *slog.Logger, c claim.Claim, 
 			return err
 		}
 	}
-	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.Cancelled(ctx) })
+	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.GaveUp(ctx) })
 	_, _, rerr := d.Lock.Own(ctx)
 	if rerr != nil && !errors.Is(rerr, claim.ErrUnparsable) {
 		return rerr

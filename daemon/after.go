@@ -60,11 +60,16 @@ func (d *Daemon) resume(ctx context.Context, log *slog.Logger, c claim.Claim) er
 	if c.Phase != claim.PhaseRebooted {
 		return nil
 	}
-	d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) })
-	if d.cordonedByUs(c) {
-		if err := d.uncordon(ctx, log, "Uncordoned after the reboot"); err != nil {
-			return err
-		}
+	if d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) }) {
+		d.inProgress = markClear
+	}
+	if !d.cordonedByUs(c) {
+		// Unschedulable before kured-host cordoned: it stays so, and
+		// the uncordon message would say otherwise.
+		return nil
+	}
+	if err := d.uncordon(ctx, log, "Uncordoned after the reboot"); err != nil {
+		return err
 	}
 	d.message(ctx, notify.Uncordon, "")
 	return nil

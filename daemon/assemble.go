@@ -207,12 +207,7 @@ func MayAnnounce(orders []block.Blocker) func(context.Context) error {
 
 func blockersFor(cfg config.Config, client kubernetes.Interface, node string, logind block.InhibitorLister) []block.Blocker {
 	var bs []block.Blocker
-	w := cfg.Window
-	win := &block.Window{Start: int(w.Start), End: int(w.End), Loc: w.TimeZone.Location()}
-	for _, d := range w.Days {
-		win.Days = append(win.Days, time.Weekday(d))
-	}
-	if !win.Always() {
+	if win := block.NewWindow(cfg.Window); !win.Always() {
 		bs = append(bs, win)
 	}
 	if len(cfg.Blockers.PodSelectors) > 0 {

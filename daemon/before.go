@@ -101,8 +101,11 @@ func (d *Daemon) startDrain(ctx context.Context, log *slog.Logger, c claim.Claim
 		}
 	}
 	// Here rather than at the cordon so that a restart in between
-	// still marks the node: these writes are idempotent.
-	d.mark(ctx, log, "reboot in progress", func(m Marker) error { return m.Started(ctx, d.Now()) })
+	// still marks the node: these writes are idempotent. The in-progress
+	// mark is there since the need (idle), unless this daemon started
+	// with a slot and it could not be written then.
+	d.markNeeded(ctx, log, nil)
+	d.mark(ctx, log, "reboot started", func(m Marker) error { return m.Started(ctx) })
 	d.message(ctx, notify.Drain, "")
 	if delay := d.Config.Drain.Delay.Std(); delay > 0 {
 		d.setManagerStatus(fmt.Sprintf("holding a reboot slot: draining in %s", delay))

@@ -117,6 +117,8 @@ type Daemon struct {
 	holding *claim.Claim
 	// paused: the cluster was paused at the last look while waiting.
 	paused bool
+	// inProgress: kured's in-progress mark as this daemon last wrote it.
+	inProgress markState
 	// settings are the cluster's settings last applied, and the last
 	// refused (reported once).
 	settings struct{ applied, refused string }

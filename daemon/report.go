@@ -3,10 +3,12 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/kured-host/kured-host/daemon/alarm"
 	"github.com/kured-host/kured-host/daemon/block"
+	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/notify"
 )
 
@@ -66,10 +68,11 @@ var Reasons = []struct{ Reason, Type, When string }{
 
 // Marker sets kured's signals on this node's Node (daemon/marks).
 type Marker interface {
-	Needed(ctx context.Context, at time.Time) error
-	Started(ctx context.Context, at time.Time) error
+	InProgress(ctx context.Context, at time.Time) error
+	Started(ctx context.Context) error
 	Finished(ctx context.Context) error
-	Cancelled(ctx context.Context) error
+	GaveUp(ctx context.Context) error
+	NotNeeded(ctx context.Context) error
 }
 
 // Messenger sends kured's notifications (daemon/notify); it logs its own
@@ -97,14 +100,64 @@ func (d *Daemon) message(ctx context.Context, kind notify.Kind, reason string) {
 }
 
 // mark writes a node mark; marks are signals for others, so failing to
-// write one is reported and the cycle goes on.
-func (d *Daemon) mark(ctx context.Context, log *slog.Logger, what string, write func(Marker) error) {
+// write one is reported and the cycle goes on. It reports whether the
+// mark was written.
+func (d *Daemon) mark(ctx context.Context, log *slog.Logger, what string, write func(Marker) error) bool {
 	if d.Marks == nil {
+		return false
+	}
+	if err := write(d.Marks); err != nil {
+		if ctx.Err() == nil {
+			log.Warn("cannot mark the node; carrying on", "mark", what, "err", err)
+			d.countError("marks")
+		}
+		return false
+	}
+	return true
+}
+
+// markState is what this daemon knows of kured's in-progress mark on its
+// Node: unknown until it writes it, then what it wrote. Unknown, the
+// Node as last read (at start, and with each claim write) tells.
+type markState int8
+
+const (
+	markUnknown markState = iota
+	markSet
+	markClear
+)
+
+func (d *Daemon) inProgressMark() markState {
+	if d.inProgress != markUnknown {
+		return d.inProgress
+	}
+	if d.Lock.Annotation(marks.InProgress) != "" {
+		return markSet
+	}
+	return markClear
+}
+
+// markNeeded sets kured's in-progress mark as kured does: a reboot is
+// needed and the window is open, whether something else blocks it or
+// not; once per need.
+func (d *Daemon) markNeeded(ctx context.Context, log *slog.Logger, blocked []block.Blocked) {
+	if d.Marks == nil || d.inProgressMark() == markSet ||
+		slices.ContainsFunc(blocked, func(b block.Blocked) bool { return b.Kind == block.KindWindow }) {
 		return
 	}
-	if err := write(d.Marks); err != nil && ctx.Err() == nil {
-		log.Warn("cannot mark the node; carrying on", "mark", what, "err", err)
-		d.countError("marks")
+	if d.mark(ctx, log, "reboot in progress", func(m Marker) error { return m.InProgress(ctx, d.Now()) }) {
+		d.inProgress = markSet
+	}
+}
+
+// markNotNeeded takes the in-progress mark back when the need went away
+// without a reboot by kured-host; no request when it is not there.
+func (d *Daemon) markNotNeeded(ctx context.Context, log *slog.Logger) {
+	if d.Marks == nil || d.inProgressMark() == markClear {
+		return
+	}
+	if d.mark(ctx, log, "reboot no longer needed", func(m Marker) error { return m.NotNeeded(ctx) }) {
+		d.inProgress = markClear
 	}
 }
 

@@ -64,6 +64,7 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 		return d.waitChange(ctx, d.recheck())
 	case !needed:
 		d.toldNeeded = false
+		d.markNotNeeded(ctx, log)
 		d.setBlockersMetric(nil)
 		d.setManagerStatus("idle: no reboot needed")
 		return d.waitChange(ctx, time.Hour)
@@ -72,10 +73,10 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 	if !d.toldNeeded {
 		d.toldNeeded = true
 		d.event(ctx, log, "Normal", ReasonRebootRequired, "A reboot is needed: "+d.Sentinel.String())
-		d.mark(ctx, log, "reboot needed", func(m Marker) error { return m.Needed(ctx, d.Now()) })
 	}
 	blocked := block.Check(ctx, d.Blockers)
 	d.setBlockersMetric(blocked)
+	d.markNeeded(ctx, log, blocked)
 	d.notePaused(ctx, log, blocked)
 	if len(blocked) > 0 {
 		d.setStateMetric("blocked")

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kured-host/kured-host/daemon/config"
 )
 
 // Window is the maintenance window in which a reboot may start: on Days,
@@ -21,8 +23,20 @@ type Window struct {
 
 var _ Blocker = (*Window)(nil)
 
+// KindWindow is the window's Kind.
+const KindWindow = "window"
+
 // Kind implements Blocker.
-func (w *Window) Kind() string { return "window" }
+func (w *Window) Kind() string { return KindWindow }
+
+// NewWindow is the window c configures.
+func NewWindow(c config.WindowConfig) *Window {
+	w := &Window{Start: int(c.Start), End: int(c.End), Loc: c.TimeZone.Location()}
+	for _, d := range c.Days {
+		w.Days = append(w.Days, time.Weekday(d))
+	}
+	return w
+}
 
 // Check implements Blocker.
 func (w *Window) Check(context.Context) (string, error) {

@@ -24,32 +24,42 @@ const (
 	MostRecentNeeded = "weave.works/kured-most-recent-reboot-needed"
 )
 
-// Marker writes the marks on one Node.
+// Marker writes the marks on one Node, when kured writes them:
+//
+//   - the in-progress and most-recent-reboot-needed annotations (with
+//     Annotate) as soon as a reboot is needed and the window is open, even
+//     while something else blocks it (kured PR #749); the in-progress one
+//     is removed after the reboot, or when the need goes away without one;
+//   - the pre-reboot labels when the drain starts (after the cordon);
+//   - the post-reboot labels after the reboot, just before the uncordon,
+//     and when a reboot is given up after a failed drain or a lost slot:
+//     the node is back in service either way, and kured's best-effort
+//     uncordon after a failed drain sets them too. A rule written for
+//     kured's pair (rebooting=true, then rebooting=false) sees it back.
 type Marker struct {
 	Client kubernetes.Interface
 	Node   string
 	// Annotate sets kured's annotations.
 	Annotate bool
-	// Pre are set before the drain, Post after the reboot (a key in both
-	// takes Post's value then).
+	// Pre are set when the drain starts, Post after the reboot or when it
+	// is given up (a key in both takes Post's value then).
 	Pre, Post map[string]string
 }
 
-// Needed records when the node last found that it needs a reboot.
-func (m *Marker) Needed(ctx context.Context, at time.Time) error {
+// InProgress marks the reboot as in progress and needed since at, as
+// kured does: once per need (the caller knows whether the node has the
+// mark already), in the window, blocked or not.
+func (m *Marker) InProgress(ctx context.Context, at time.Time) error {
 	if !m.Annotate {
 		return nil
 	}
-	return m.patch(ctx, nil, map[string]*string{MostRecentNeeded: ptr(at.UTC().Format(time.RFC3339))})
+	t := at.UTC().Format(time.RFC3339)
+	return m.patch(ctx, nil, map[string]*string{InProgress: &t, MostRecentNeeded: &t})
 }
 
-// Started marks the reboot as in progress: before the drain.
-func (m *Marker) Started(ctx context.Context, at time.Time) error {
-	var ann map[string]*string
-	if m.Annotate {
-		ann = map[string]*string{InProgress: ptr(at.UTC().Format(time.RFC3339))}
-	}
-	return m.patch(ctx, m.Pre, ann)
+// Started sets the pre-reboot labels: the drain starts.
+func (m *Marker) Started(ctx context.Context) error {
+	return m.patch(ctx, m.Pre, nil)
 }
 
 // Finished marks the reboot as done: after the reboot, before the node is
@@ -62,9 +72,19 @@ func (m *Marker) Finished(ctx context.Context) error {
 	return m.patch(ctx, m.Post, ann)
 }
 
-// Cancelled takes the in-progress mark back when the reboot is given up
-// before it happened (a failed drain); the labels stay as they are.
-func (m *Marker) Cancelled(ctx context.Context) error {
+// GaveUp marks a reboot given up (a failed drain, a lost slot) with the
+// post-reboot labels. The in-progress annotation stays, as kured leaves
+// it: the reboot is still needed.
+func (m *Marker) GaveUp(ctx context.Context) error {
+	return m.patch(ctx, m.Post, nil)
+}
+
+// NotNeeded takes the in-progress mark back when the need went away
+// without a reboot by kured-host (the sentinel removed, a reboot by
+// hand). kured leaves it until its next reboot; a mark that says "in
+// progress" on a node with nothing to do would mislead the tools that
+// read it.
+func (m *Marker) NotNeeded(ctx context.Context) error {
 	if !m.Annotate {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -350,7 +351,7 @@ func (h *Host) startDaemon() {
 		// Node that race with the claim's writes.
 		Marks: &marks.Marker{Client: c.Kube, Node: h.Name, Annotate: true,
 			Pre: map[string]string{"sim.kured-host.dev/rebooting": "true"}, Post: map[string]string{"sim.kured-host.dev/rebooting": "false"}},
-		Blockers: append(orders, h),
+		Blockers: h.blockers(orders, cfg),
 		// The cluster's settings, over this host's configuration: the
 		// simulated hosts have no files, so every setting applies.
 		Settings: steer.Reader{Client: c.Kube, Node: h.Name, Cached: true},
@@ -361,7 +362,7 @@ func (h *Host) startDaemon() {
 			}
 			return l.Config, nil
 		},
-		BlockersFor: func(config.Config) []block.Blocker { return append(orders, h) },
+		BlockersFor: func(c config.Config) []block.Blocker { return h.blockers(orders, c) },
 		Messages:    h,
 		Watchdog:    3 * time.Minute,
 		// Handing back start-up pages is a host's business: here it
@@ -450,6 +451,31 @@ func (h *Host) Send(_ context.Context, kind notify.Kind, _ string) {
 		h.Messages = map[notify.Kind]int{}
 	}
 	h.Messages[kind]++
+}
+
+// blockers are the daemon's blockers: the orders, the window when one is
+// configured (on the host's clock), and the host's own faults.
+func (h *Host) blockers(orders []block.Blocker, c config.Config) []block.Blocker {
+	bs := slices.Clone(orders)
+	if win := block.NewWindow(c.Window); !win.Always() {
+		win.Now = h.now
+		bs = append(bs, win)
+	}
+	return append(bs, h)
+}
+
+// messages counts the notifications of kind sent so far.
+func (h *Host) messages(kind notify.Kind) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.Messages[kind]
+}
+
+// planned counts the reboots the daemon asked for so far.
+func (h *Host) planned() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.Planned
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
