@@ -29,6 +29,7 @@ build: ## build bin/kured-host for this machine (static, version from git)
 test: tools lint unit sim fuzz test-packages test-integration ## everything CI runs: lint, unit (race, model check), the simulator, fuzz, packages, cluster tests
 
 unit: ## unit tests with the race detector
+	@tools/need.sh prometheus:prometheus victoria-metrics:victoria-metrics
 	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
 # The seed corpora run with the unit tests; these add a short random search,

@@ -15,6 +15,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,9 +25,20 @@ import (
 	"github.com/kured-host/kured-host/daemon/redact"
 )
 
-// Alerts blocks while Prometheus has active alerts, as kured does: alerts
-// whose names match Filter are ignored, or, with MatchOnly, are the only
-// ones that count; with FiringOnly, pending alerts do not count.
+// Alerts blocks while alerts are active, as kured does: it asks for the
+// ALERTS series through the instant query API (GET <URL>/api/v1/query?
+// query=ALERTS); alerts whose names match Filter are ignored, or, with
+// MatchOnly, are the only ones that count; with FiringOnly, pending alerts
+// (alertstate="pending") do not count.
+//
+// The query API only, never /api/v1/alerts, neither first nor as a
+// fallback. Every backend that holds alerts answers PromQL for ALERTS
+// (Prometheus, Thanos, Mimir, VictoriaMetrics fed by vmalert), whereas
+// /api/v1/alerts is Prometheus's rule engine alone: VictoriaMetrics
+// without vmalert behind it answers it with an empty list, so that a
+// fallback after a failed query would let reboots through exactly when the
+// backend is in trouble. One request, one answer: a query that fails
+// blocks ("cannot tell").
 //
 // The URL may hold credentials: it is only ever shown redacted, in the
 // errors too. The credential files are read at each request, so that a
@@ -67,34 +79,62 @@ func NewAlerts(c config.PrometheusConfig) *Alerts {
 // Kind implements Blocker.
 func (a *Alerts) Kind() string { return "alerts" }
 
-// MaxReply bounds the reply read from Prometheus: a list of alerts is far
+// MaxReply bounds the reply read from Prometheus: the ALERTS series are far
 // smaller, and whatever answers at the URL must not fill the memory.
 const MaxReply = 4 << 20
 
 // maxFile bounds a credential or CA file, for the same reason.
 const maxFile = 1 << 20
 
-type alertsResponse struct {
+// alertsQuery is the PromQL asked: one series per active alert, with the
+// labels alertname and alertstate ("firing" or "pending"). The filters are
+// applied here rather than in PromQL, so that Filter keeps Go's
+// (unanchored) regular expression semantics, as in kured.
+const alertsQuery = "ALERTS"
+
+// queryResponse is the instant query API's reply. Result is decoded once
+// ResultType says it is a vector (a scalar's is [time, "value"]).
+type queryResponse struct {
 	Status string `json:"status"`
 	Error  string `json:"error"`
 	Data   struct {
-		Alerts []struct {
-			Labels map[string]string `json:"labels"`
-			State  string            `json:"state"`
-		} `json:"alerts"`
+		ResultType string          `json:"resultType"`
+		Result     json.RawMessage `json:"result"`
 	} `json:"data"`
+}
+
+// sample is one series of an instant vector: its labels and [time, "value"].
+type sample struct {
+	Metric map[string]string `json:"metric"`
+	Value  []json.RawMessage `json:"value"`
+}
+
+// active reports whether the sample's value is not 0, as kured counts it:
+// ALERTS is 1 for each active alert. A value that cannot be read counts,
+// to be safe.
+func (s sample) active() bool {
+	var v string
+	if len(s.Value) != 2 || json.Unmarshal(s.Value[1], &v) != nil {
+		return true
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	return err != nil || f != 0
 }
 
 // Check implements Blocker.
 func (a *Alerts) Check(ctx context.Context) (string, error) {
-	r, err := a.fetch(ctx)
+	series, err := a.query(ctx)
 	if err != nil {
 		return "", err
 	}
 	var names []string
-	for _, al := range r.Data.Alerts {
-		name := al.Labels["alertname"]
-		if a.FiringOnly && al.State != "firing" {
+	for _, s := range series {
+		// A series without alertname is not an alert (kured skips it too).
+		name, ok := s.Metric["alertname"]
+		if !ok || !s.active() {
+			continue
+		}
+		if a.FiringOnly && s.Metric["alertstate"] != "firing" {
 			continue
 		}
 		if a.Filter != nil && a.Filter.MatchString(name) != a.MatchOnly {
@@ -111,9 +151,27 @@ func (a *Alerts) Check(ctx context.Context) (string, error) {
 	return "active Prometheus alerts: " + strings.Join(names, ", "), nil
 }
 
-// fetch asks Prometheus for its alerts. Every error names the URL
-// redacted and never holds its secrets.
-func (a *Alerts) fetch(ctx context.Context) (*alertsResponse, error) {
+// queryURL is <URL>/api/v1/query?query=ALERTS. JoinPath keeps a path
+// prefix (http://host/prometheus, Mimir's /prometheus). The URL's own
+// query (a token some proxies want there) follows ours as written: ours
+// comes first, so it is the one the server reads. No time parameter: the
+// server evaluates at its own now; a node whose clock ran ahead by more
+// than the lookback (5 minutes) would otherwise see no alert at all.
+func (a *Alerts) queryURL() string {
+	u := a.URL.JoinPath("api", "v1", "query")
+	q := "query=" + url.QueryEscape(alertsQuery)
+	if u.RawQuery != "" {
+		q += "&" + u.RawQuery
+	}
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = q, false, "", ""
+	return u.String()
+}
+
+// query asks for the ALERTS series, with a GET: every backend and
+// read-only proxy takes it, and the query is one word (kured's Go client
+// posts a form and falls back to GET). Every error names the URL redacted
+// and never holds its secrets.
+func (a *Alerts) query(ctx context.Context) ([]sample, error) {
 	shown := redact.URL(a.URL)
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("ask Prometheus at %s for alerts: %s", shown, fmt.Sprintf(format, args...))
@@ -122,10 +180,11 @@ func (a *Alerts) fetch(ctx context.Context) (*alertsResponse, error) {
 	if err != nil {
 		return nil, fail("%v", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.URL.JoinPath("api", "v1", "alerts").String(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.queryURL(), nil)
 	if err != nil {
 		return nil, fail("%v", redact.Error(err, a.URL))
 	}
+	req.Header.Set("Accept", "application/json")
 	if err := a.authorize(req); err != nil {
 		return nil, fail("%v", err)
 	}
@@ -140,28 +199,52 @@ func (a *Alerts) fetch(ctx context.Context) (*alertsResponse, error) {
 		return nil, fmt.Errorf("ask Prometheus at %s for alerts: %w", shown, redact.Error(err, a.URL))
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg := fmt.Sprintf("it answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
-		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-			msg += "; check the credentials (blockers.prometheus.username and password_file, bearer_token_file, or those in the URL)"
-		}
-		return nil, fail("%s", msg)
-	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxReply+1))
 	if err != nil {
 		return nil, fail("read the reply: %v", redact.Error(err, a.URL))
 	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fail("%s", a.statusError(resp.StatusCode, body))
+	}
 	if len(body) > MaxReply {
 		return nil, fail("the reply is larger than %d MiB; is this the URL of a Prometheus server?", MaxReply>>20)
 	}
-	var r alertsResponse
+	var r queryResponse
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fail("the reply is not Prometheus's JSON: %v", err)
 	}
 	if r.Status != "success" {
-		return nil, fail("it answered %q: %q", clip(r.Status), clip(r.Error))
+		return nil, fail("it answered %q: %q", clip(r.Status), a.serverText(r.Error))
 	}
-	return &r, nil
+	if r.Data.ResultType != "vector" {
+		return nil, fail("it answered a %q rather than an instant vector; is this the URL of a Prometheus server?", clip(r.Data.ResultType))
+	}
+	var series []sample
+	if err := json.Unmarshal(r.Data.Result, &series); err != nil {
+		return nil, fail("the vector in the reply is not Prometheus's JSON: %v", err)
+	}
+	return series, nil
+}
+
+// statusError describes a reply other than 200 OK, with the error the
+// query API gives in its JSON (400 bad query, 422 failed, 503 timed out).
+func (a *Alerts) statusError(code int, body []byte) string {
+	msg := fmt.Sprintf("it answered %d %s", code, http.StatusText(code))
+	var r queryResponse
+	if len(body) <= MaxReply && json.Unmarshal(body, &r) == nil && r.Error != "" {
+		msg += fmt.Sprintf(": %q", a.serverText(r.Error))
+	}
+	if code == http.StatusUnauthorized || code == http.StatusForbidden {
+		msg += "; check the credentials (blockers.prometheus.username and password_file, bearer_token_file, or those in the URL)"
+	}
+	return msg
+}
+
+// serverText is an error text from the server, with the URL's secrets
+// hidden (VictoriaMetrics quotes the request's URI, query and all, in its
+// errors), then clipped: clipping first could leave part of a secret.
+func (a *Alerts) serverText(s string) string {
+	return clip(redact.Text(s, a.URL))
 }
 
 // clip shortens text from outside for a one-line message.

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"math/big"
@@ -90,12 +91,13 @@ func TestWindow(t *testing.T) {
 	}
 }
 
-// prometheus serves /api/v1/alerts on loopback.
+// prometheus answers the query for ALERTS under /prom on loopback, and
+// 400 to any other request.
 func prometheus(t *testing.T, status int, body string) *url.URL {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/prom/api/v1/alerts" {
-			http.NotFound(w, r)
+		if r.Method != http.MethodGet || r.URL.Path != "/prom/api/v1/query" || r.URL.RawQuery != "query=ALERTS" {
+			http.Error(w, `{"status":"error","errorType":"bad_data","error":"unexpected request"}`, http.StatusBadRequest)
 			return
 		}
 		w.WriteHeader(status)
@@ -106,11 +108,24 @@ func prometheus(t *testing.T, status int, body string) *url.URL {
 	return u
 }
 
+// vector is a query reply with these series of ALERTS, each given as
+// alertname, alertstate and value.
+func vector(series ...[3]string) string {
+	var items []string
+	for _, s := range series {
+		items = append(items, fmt.Sprintf(`{"metric":{"__name__":"ALERTS","alertname":%q,"alertstate":%q,"severity":"warning"},"value":[1764000000.123,%q]}`, s[0], s[1], s[2]))
+	}
+	return `{"status":"success","data":{"resultType":"vector","result":[` + strings.Join(items, ",") + `]}}`
+}
+
 func TestAlerts(t *testing.T) {
-	const body = `{"status":"success","data":{"alerts":[
-		{"labels":{"alertname":"Watchdog"},"state":"firing"},
-		{"labels":{"alertname":"KubeNodeNotReady"},"state":"firing"},
-		{"labels":{"alertname":"DiskPressure"},"state":"pending"}]}}`
+	body := vector(
+		[3]string{"Watchdog", "firing", "1"},
+		[3]string{"KubeNodeNotReady", "firing", "1"},
+		[3]string{"KubeNodeNotReady", "pending", "1"}, // another node's, still pending
+		[3]string{"DiskPressure", "pending", "1"},
+		[3]string{"Resolved", "firing", "0"},
+	)
 	tests := []struct {
 		name       string
 		status     int
@@ -119,17 +134,25 @@ func TestAlerts(t *testing.T) {
 		matchOnly  bool
 		firingOnly bool
 		want       string
-		err        bool
+		err        string // in the error; "" for none
 	}{
-		{"every active alert", 200, body, "", false, false, "DiskPressure, KubeNodeNotReady, Watchdog", false},
-		{"firing only", 200, body, "", false, true, "KubeNodeNotReady, Watchdog", false},
-		{"filter ignores matches", 200, body, "^(Watchdog|DiskPressure)$", false, false, "KubeNodeNotReady", false},
-		{"match only", 200, body, "^Kube", true, false, "KubeNodeNotReady", false},
-		{"nothing left", 200, body, ".*", false, false, "", false},
-		{"no alerts", 200, `{"status":"success","data":{"alerts":[]}}`, "", false, false, "", false},
-		{"server error", 500, "oops", "", false, false, "", true},
-		{"error answer", 200, `{"status":"error","error":"bad"}`, "", false, false, "", true},
-		{"not JSON", 200, `<html>`, "", false, false, "", true},
+		{"every active alert", 200, body, "", false, false, "DiskPressure, KubeNodeNotReady, Watchdog", ""},
+		{"firing only", 200, body, "", false, true, "KubeNodeNotReady, Watchdog", ""},
+		{"filter ignores matches", 200, body, "^(Watchdog|DiskPressure)$", false, false, "KubeNodeNotReady", ""},
+		{"filter is not anchored", 200, body, "Disk|dog", false, false, "KubeNodeNotReady", ""},
+		{"match only", 200, body, "^Kube", true, false, "KubeNodeNotReady", ""},
+		{"match only, firing only", 200, body, "Disk", true, true, "", ""},
+		{"nothing left", 200, body, ".*", false, false, "", ""},
+		{"no alerts", 200, vector(), "", false, false, "", ""},
+		{"a series without alertname", 200, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{"__name__":"ALERTS"},"value":[1,"1"]}]}}`, "", false, false, "", ""},
+		{"a value that cannot be read counts", 200, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{"alertname":"Odd","alertstate":"firing"},"value":[1,1]}]}}`, "", false, false, "Odd", ""},
+		{"server error", 500, "oops", "", false, false, "", "it answered 500 Internal Server Error"},
+		{"query API error", 503, `{"status":"error","errorType":"timeout","error":"query timed out in expression evaluation"}`, "", false, false, "",
+			`it answered 503 Service Unavailable: "query timed out in expression evaluation"`},
+		{"error answer", 200, `{"status":"error","error":"bad"}`, "", false, false, "", `it answered "error": "bad"`},
+		{"not JSON", 200, `<html>`, "", false, false, "", "the reply is not Prometheus's JSON"},
+		{"the alerts API's reply", 200, `{"status":"success","data":{"alerts":[]}}`, "", false, false, "", `it answered a "" rather than an instant vector`},
+		{"a scalar", 200, `{"status":"success","data":{"resultType":"scalar","result":[1,"1"]}}`, "", false, false, "", "rather than an instant vector"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,11 +161,55 @@ func TestAlerts(t *testing.T) {
 				a.Filter = regexp.MustCompile(tt.filter)
 			}
 			reason, err := a.Check(context.Background())
-			if (err != nil) != tt.err || !strings.HasSuffix(reason, tt.want) || (tt.want == "") != (reason == "") {
-				t.Errorf("got %q, %v; want %q, error %v", reason, err, tt.want, tt.err)
+			switch {
+			case tt.err == "" && err != nil, tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+				t.Errorf("err = %v, want %q in it", err, tt.err)
+			case !strings.HasSuffix(reason, tt.want) || (tt.want == "") != (reason == ""):
+				t.Errorf("reason %q, want %q", reason, tt.want)
 			}
 		})
 	}
+}
+
+// TestAlertsQueryURL: the query goes under the URL's path, and the URL's
+// own query (a proxy's token) is kept as written, after ours.
+func TestAlertsQueryURL(t *testing.T) {
+	tests := []struct{ url, want string }{
+		{"http://prom:9090", "http://prom:9090/api/v1/query?query=ALERTS"},
+		{"http://prom:9090/", "http://prom:9090/api/v1/query?query=ALERTS"},
+		{"https://host/prometheus", "https://host/prometheus/api/v1/query?query=ALERTS"},
+		{"https://host/select/0/prometheus/", "https://host/select/0/prometheus/api/v1/query?query=ALERTS"},
+		{"http://u:p@prom:9090/p?token=a%2Bb&x=1", "http://u:p@prom:9090/p/api/v1/query?query=ALERTS&token=a%2Bb&x=1"},
+		{"http://prom:9090/?", "http://prom:9090/api/v1/query?query=ALERTS"},
+		{"http://prom:9090/#frag", "http://prom:9090/api/v1/query?query=ALERTS"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			u, err := url.Parse(tt.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := (&Alerts{URL: u}).queryURL(); got != tt.want {
+				t.Errorf("queryURL = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestAlertsServerErrorsHideSecrets: VictoriaMetrics quotes the request's
+// URI in its errors; the token in it is not shown.
+func TestAlertsServerErrorsHideSecrets(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprintf(w, `{"status":"error","errorType":"422","error":"error when executing query=\"ALERTS\"; requestURI: %s"}`, r.URL.RequestURI())
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL + "/vm?token=" + queryToken)
+	_, err := (&Alerts{URL: u, Timeout: 5 * time.Second}).Check(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "it answered 422 Unprocessable Entity: \"error when executing query") {
+		t.Fatalf("err = %v", err)
+	}
+	noSecret(t, err.Error())
 }
 
 func TestCheckFailsSafe(t *testing.T) {
@@ -213,7 +280,7 @@ func noSecret(t *testing.T, s string) {
 	}
 }
 
-// authProm answers /api/v1/alerts with no alerts to requests whose
+// authProm answers the query with no alerts to requests whose
 // Authorization header is want, and 401 to the others.
 func authProm(t *testing.T, tlsServer bool, want string) *httptest.Server {
 	t.Helper()
@@ -222,7 +289,7 @@ func authProm(t *testing.T, tlsServer bool, want string) *httptest.Server {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
-		_, _ = w.Write([]byte(`{"status":"success","data":{"alerts":[]}}`))
+		_, _ = w.Write([]byte(vector()))
 	})
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected
@@ -386,8 +453,8 @@ func otherCA(t *testing.T) []byte {
 
 func TestAlertsReplyIsBounded(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = w.Write([]byte(`{"status":"success","data":{"alerts":[`))
-		item := []byte(`{"labels":{"alertname":"A"},"state":"firing"},`)
+		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"vector","result":[`))
+		item := []byte(`{"metric":{"__name__":"ALERTS","alertname":"A","alertstate":"firing"},"value":[1764000000,"1"]},`)
 		for n := 0; n <= MaxReply/len(item)+1; n++ {
 			if _, err := w.Write(item); err != nil {
 				return

@@ -23,10 +23,10 @@ func TestPrometheus(t *testing.T) {
 	}{
 		{"refused credentials", http.StatusUnauthorized, "no", Fail,
 			"ask Prometheus at http://…@127.0.0.1:"},
-		{"no alert", http.StatusOK, `{"status":"success","data":{"alerts":[]}}`, OK,
-			"answers; no alert holds a reboot back now"},
-		{"an alert", http.StatusOK, `{"status":"success","data":{"alerts":[{"labels":{"alertname":"KubeNodeNotReady"},"state":"firing"}]}}`, OK,
-			"answers; it holds a reboot back now: active Prometheus alerts: KubeNodeNotReady"},
+		{"no alert", http.StatusOK, `{"status":"success","data":{"resultType":"vector","result":[]}}`, OK,
+			"answers the query for ALERTS; no alert holds a reboot back now"},
+		{"an alert", http.StatusOK, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{"__name__":"ALERTS","alertname":"KubeNodeNotReady","alertstate":"firing"},"value":[1764000000,"1"]}]}}`, OK,
+			"answers the query for ALERTS; it holds a reboot back now: active Prometheus alerts: KubeNodeNotReady"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

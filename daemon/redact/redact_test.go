@@ -86,7 +86,7 @@ func TestText(t *testing.T) {
 	tests := []struct {
 		name, in, want string
 	}{
-		{"net/http error", `Get "https://alice:***@prom.example:9090/api/v1/alerts?token=qu3ryT0ken": dial tcp: connection refused`,
+		{"net/http error", `Get "https://alice:***@prom.example:9090/api/v1/query?query=ALERTS&token=qu3ryT0ken": dial tcp: connection refused`,
 			`Get "https://…@prom.example:9090/…": dial tcp: connection refused`},
 		{"URL built by a service from tokens", `sending request: Post "https://api.telegram.org/bot110201543:AAHdqTcvCH1vGWJx/sendMessage": EOF`,
 			`sending request: Post "https://api.telegram.org/…": EOF`},
@@ -105,7 +105,7 @@ func TestText(t *testing.T) {
 
 func TestError(t *testing.T) {
 	u, _ := url.Parse("https://alice:pr0mPassw0rd@prom:9090/?token=qu3ryT0ken")
-	uerr := &url.Error{Op: "Get", URL: "https://alice:***@prom:9090/api/v1/alerts?token=qu3ryT0ken", Err: context.DeadlineExceeded}
+	uerr := &url.Error{Op: "Get", URL: "https://alice:***@prom:9090/api/v1/query?query=ALERTS&token=qu3ryT0ken", Err: context.DeadlineExceeded}
 	err := Error(fmt.Errorf("ask: %w", uerr), u)
 	if s := err.Error(); strings.Contains(s, "qu3ryT0ken") || strings.Contains(s, "alice") || !strings.Contains(s, "prom:9090") {
 		t.Errorf("Error() = %q", s)

@@ -72,7 +72,7 @@ func TestKillAnywhere(t *testing.T) {
 	// the cordon (the blockers are checked again there) for a while.
 	prom := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(1500 * time.Millisecond)
-		_, _ = w.Write([]byte(`{"status":"success","data":{"alerts":[]}}`))
+		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"vector","result":[]}}`))
 	}))
 	defer prom.Close()
 	promURL, _ := url.Parse(prom.URL)
