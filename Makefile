@@ -28,9 +28,13 @@ build: ## build bin/kured-host for this machine (static, version from git)
 
 test: tools lint unit sim fuzz test-packages test-integration ## everything CI runs: lint, unit (race, model check), the simulator, fuzz, packages, cluster tests
 
-unit: ## unit tests with the race detector
-	@tools/need.sh prometheus:prometheus victoria-metrics:victoria-metrics
-	CGO_ENABLED=1 $(GO) test -race -count=1 ./...
+# The alert blocker's tests start real Prometheus and VictoriaMetrics
+# servers: Debian's binaries, unpacked here rather than installed.
+BACKENDS := $(CURDIR)/.cache/backends
+
+unit: ## unit tests with the race detector (fetches Prometheus and VictoriaMetrics from Debian once)
+	@tools/backends.sh $(BACKENDS)
+	PATH="$(BACKENDS)/bin:$$PATH" CGO_ENABLED=1 $(GO) test -race -count=1 ./...
 
 # The seed corpora run with the unit tests; these add a short random search,
 # bounded by executions rather than time: a time bound ends in "context

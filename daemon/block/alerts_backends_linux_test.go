@@ -29,7 +29,7 @@ const backendWait = 20 * time.Second
 // data directory of its own: Prometheus, whose rules make the alerts, and
 // VictoriaMetrics, which has no rule engine and is sent ALERTS series as
 // vmalert writes them. A missing binary fails the test: `make test`
-// installs them; KURED_HOST_SKIP_BACKENDS=1 skips it.
+// fetches them (tools/backends.sh); KURED_HOST_SKIP_BACKENDS=1 skips it.
 func TestAlertsRealBackends(t *testing.T) {
 	if os.Getenv("KURED_HOST_SKIP_BACKENDS") == "1" {
 		t.Skip("KURED_HOST_SKIP_BACKENDS=1")
@@ -61,7 +61,7 @@ func TestAlertsRealBackends(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			bin, err := exec.LookPath(b.bin)
 			if err != nil {
-				t.Fatalf("%s is not installed (%v): `make test` installs it (Debian package %s; or apt-get install %s), "+
+				t.Fatalf("%s is not installed (%v): `make unit` puts it in .cache/backends/bin (tools/backends.sh, from the Debian package %s; or apt-get install %s), "+
 					"or set KURED_HOST_SKIP_BACKENDS=1 to leave this test out", b.bin, err, b.pkg, b.pkg)
 			}
 			begin := time.Now()
