@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,51 @@ func mustLoc(t *testing.T, name string) *time.Location {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// TestWindowOpenings: the week ahead as check prints it; the hours after
+// midnight go with the day the window opened (kured: with the day they
+// fall on).
+func TestWindowOpenings(t *testing.T) {
+	berlin := mustLoc(t, "Europe/Berlin")
+	weekdays := []time.Weekday{1, 2, 3, 4, 5}
+	at := func(s string) time.Time {
+		v, err := time.ParseInLocation("Mon 2006-01-02 15:04", s, berlin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	week := 7 * 24 * time.Hour
+	tests := []struct {
+		name string
+		w    Window
+		from string
+		want []string // "open - close"
+	}{
+		{"mon-fri across midnight, from Saturday noon", Window{Days: weekdays, Start: 21 * 3600, End: 5 * 3600, Loc: berlin}, "Sat 2026-11-28 12:00", []string{
+			"Mon 2026-11-30 21:00 - Tue 2026-12-01 05:00", "Tue 2026-12-01 21:00 - Wed 2026-12-02 05:00", "Wed 2026-12-02 21:00 - Thu 2026-12-03 05:00",
+			"Thu 2026-12-03 21:00 - Fri 2026-12-04 05:00", "Fri 2026-12-04 21:00 - Sat 2026-12-05 05:00",
+		}},
+		{"open now: Saturday 01:00 belongs to Friday's opening", Window{Days: weekdays, Start: 21 * 3600, End: 5 * 3600, Loc: berlin}, "Sat 2026-11-28 01:00", []string{
+			"Fri 2026-11-27 21:00 - Sat 2026-11-28 05:00", "Mon 2026-11-30 21:00 - Tue 2026-12-01 05:00", "Tue 2026-12-01 21:00 - Wed 2026-12-02 05:00",
+			"Wed 2026-12-02 21:00 - Thu 2026-12-03 05:00", "Thu 2026-12-03 21:00 - Fri 2026-12-04 05:00", "Fri 2026-12-04 21:00 - Sat 2026-12-05 05:00",
+		}},
+		{"touching openings are one", Window{Days: weekdays, Start: 0, End: 24 * 3600, Loc: berlin}, "Sat 2026-11-28 12:00", []string{
+			"Mon 2026-11-30 00:00 - Sat 2026-12-05 00:00",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, o := range tt.w.Openings(at(tt.from), week) {
+				got = append(got, o.Open.Format("Mon 2006-01-02 15:04")+" - "+o.Close.Format("Mon 2006-01-02 15:04"))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("openings\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
 }
 
 func TestWindow(t *testing.T) {

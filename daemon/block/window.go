@@ -91,6 +91,44 @@ func (w *Window) Next(t time.Time) time.Time {
 	return t
 }
 
+// Opening is one opening of the window, from Open until Close (excluded).
+type Opening struct{ Open, Close time.Time }
+
+// Openings returns the openings of the window that end after t and open
+// before t+d, in the window's zone; the first may be open at t. Openings
+// that touch (mon-fri all day) are one.
+func (w *Window) Openings(t time.Time, d time.Duration) []Opening {
+	t = t.In(w.Loc)
+	var out []Opening
+	// From the day before: an opening across midnight may be open at t.
+	for i := -1; ; i++ {
+		day := time.Date(t.Year(), t.Month(), t.Day()+i, 0, 0, 0, 0, w.Loc)
+		if !day.Before(t.Add(d)) {
+			return out
+		}
+		if !slices.Contains(w.Days, day.Weekday()) {
+			continue
+		}
+		o := Opening{Open: daySecond(day, w.Start), Close: daySecond(day, w.End)}
+		if w.End <= w.Start {
+			o.Close = daySecond(day.AddDate(0, 0, 1), w.End)
+		}
+		switch {
+		case !o.Close.After(t) || !o.Open.Before(t.Add(d)):
+		case len(out) > 0 && out[len(out)-1].Close.Equal(o.Open):
+			out[len(out)-1].Close = o.Close
+		default:
+			out = append(out, o)
+		}
+	}
+}
+
+// daySecond is the time s seconds after day's midnight, on the clock (a
+// daylight saving change on that day moves it, as it moves the window).
+func daySecond(day time.Time, s int) time.Time {
+	return time.Date(day.Year(), day.Month(), day.Day(), 0, 0, s, 0, day.Location())
+}
+
 func (w *Window) String() string {
 	days := make([]string, len(w.Days))
 	for i, d := range w.Days {

@@ -44,6 +44,7 @@ func Run(ctx context.Context, o Options, report func(Finding)) {
 	c := o.Config
 	cluster(ctx, o, report)
 	report(Sentinel(c.Sentinel, o.Root, Watch))
+	report(Window(c.Window, time.Now()))
 	report(BootID(o.Root))
 	if c.Reboot.Method == config.RebootCommand {
 		report(Executable("reboot", "reboot.command", c.Reboot.Command))

@@ -88,6 +88,7 @@ func TestCheck(t *testing.T) {
 			"ok   clock: this host",
 			"ok   sentinel: sentinel.file " + filepath.Join(h.Root, cluster.SentinelPath) + ": ",
 			"ok   boot ID: " + h.BootID(),
+			"ok   window: reboots may start at any time (no window set)\n",
 			"ok   logind: org.freedesktop.login1 is on the system bus; CanReboot: yes; no inhibitor blocks a shutdown now\n",
 			"ok   metrics: metrics.address " + metrics + " can be listened on\n",
 		} {
@@ -132,7 +133,7 @@ func TestCheck(t *testing.T) {
 		}
 		code, out, errs := check(t, nil)
 		t.Logf("kured-host check without the manifest:\n%s", out)
-		if code != 1 || errs != "kured-host: 1 of 17 checks failed\n" {
+		if code != 1 || errs != "kured-host: 1 of 18 checks failed\n" {
 			t.Errorf("exit %d, stderr %q; want 1 and one failure", code, errs)
 		}
 		for _, want := range []string{
