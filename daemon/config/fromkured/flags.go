@@ -165,6 +165,12 @@ func sentinelFile(c *conv, v *value) {
 	if via != "" {
 		notes = append(notes, fmt.Sprintf("the host's %s, %s", host, via))
 	}
+	if !c.src.InPod && strings.HasPrefix(host, "/sentinel/") {
+		// Without the DaemonSet its volumes are unknown, but kured's chart
+		// and manifest mount the host's /var/run there.
+		notes = append(notes, "kured's chart mounts the host's /var/run at /sentinel: the host's path is likely /run/"+strings.TrimPrefix(host, "/sentinel/")+"; check it, or give the DaemonSet instead of the flags")
+		c.warn("%s: a path in kured's container; check sentinel.file", strings.Join(v.shown, ", "))
+	}
 	if rest, ok := strings.CutPrefix(host, "/var/run/"); ok {
 		host = "/run/" + rest
 		notes = append(notes, fmt.Sprintf("that is %s (/var/run is a symlink to /run)", host))
@@ -586,8 +592,10 @@ func preferNoScheduleTaint(c *conv, v *value) {
 		c.comment(v, "", "empty: kured set no taint")
 		return
 	}
-	c.comment(v, "", option(v.flag).Note, fmt.Sprintf(
-		"a node that needs a reboot carries the label %s=%s (then %s and %s while it reboots): pods can prefer other nodes with a preferred node affinity on the key %s, operator DoesNotExist",
+	// The reason is written here rather than taken from the table's note:
+	// this comment points at what to do instead.
+	c.comment(v, "", fmt.Sprintf(
+		"a node may not taint itself (NodeRestriction), so kured-host sets no taint; a node that needs a reboot carries the label %s=%s (then %s and %s while it reboots): pods can prefer other nodes with a preferred node affinity on the key %s, operator DoesNotExist; the node is cordoned when it takes its slot",
 		claim.Label, claim.Waiting, claim.Entering, claim.Holding, claim.Label))
 }
 
