@@ -181,6 +181,9 @@ func (cl *cmdline) set(v *value, d flagDef, raw, shown string, fromEnv bool) {
 	v.given = true
 	v.uses++
 	v.shown = append(v.shown, shown)
+	if d.kind != kSlice && d.kind != kArray {
+		v.unread = "" // a later value replaces one that could not be read
+	}
 	var err error
 	switch d.kind {
 	case kBool:

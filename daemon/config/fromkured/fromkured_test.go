@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/internal/golden"
 )
@@ -184,12 +186,17 @@ func TestReadCommandLine(t *testing.T) {
 		{"after -- nothing is a flag", []string{"--", "--concurrency=2"}, "--concurrency", "1", nil, false},
 		{"quotes read as empty", []string{`--drain-pod-selector=""`}, "--drain-pod-selector", "", nil, true},
 		{"default when not given", nil, "--period", "1h0m0s", nil, false},
+		{"a value from $(NAME) of a Secret, then a plain one", []string{"--period=$(P)", "--period=2h"}, "--period", "2h", nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cl := newCmdline()
-			cl.parseArgs(tt.args, nil)
+			cl.parseArgs(tt.args, newExpander([]corev1.EnvVar{{Name: "P", ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{Key: "p"}}}}))
 			v := cl.values[tt.flag]
+			if v.unread != "" {
+				t.Errorf("still unread: %s", v.unread)
+			}
 			if v.text != tt.text || v.given != tt.given || (tt.list != nil && !slices.Equal(v.list, tt.list)) {
 				t.Errorf("got text %q list %q given %v; want %q %q %v", v.text, v.list, v.given, tt.text, tt.list, tt.given)
 			}
