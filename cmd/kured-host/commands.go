@@ -48,6 +48,7 @@ func commands() []command {
 		{"hold", "keep nodes out of the reboots (an admin's kubeconfig)", runHold},
 		{"unhold", "lift nodes' hold", runUnhold},
 		{"settings", "show the cluster's settings; settings apply -f FILE writes them", runSettings},
+		{"config", "config from-kured: write a drop-in from kured's DaemonSet or flags", runConfig},
 		{"rbac", "print the RBAC the nodes need: read Nodes (clusters >= 1.32), read the cluster's pause", runRBAC},
 		{"version", "print the version, commit and Go version", runVersion},
 		{"help", "show help for a command", nil},

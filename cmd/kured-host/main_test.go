@@ -84,6 +84,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"help", "check"}, exitOK, "-quiet", ""},
 		{[]string{"rbac", "--help"}, exitOK, "kured-host rbac | kubectl apply -f -", ""},
 		{[]string{"version", "--help"}, exitOK, "Usage: kured-host version", ""},
+		{[]string{"help", "config"}, exitOK, "kured-host config from-kured   write a drop-in from kured's arguments", ""},
 		{[]string{"check", "--colour"}, exitUsage, "", "flag provided but not defined: -colour"},
 		{[]string{"version", "extra"}, exitUsage, "", `unexpected argument "extra"`},
 		{[]string{"check", "--config", "/nonexistent/config.toml"}, exitUsage, "", "/nonexistent/config.toml: file not found"},

@@ -181,6 +181,33 @@ func TestDropIns(t *testing.T) {
 	}
 }
 
+// TestCheckDropIn: a drop-in checked alone is read over the defaults, with
+// its problems reported against the name it is given.
+func TestCheckDropIn(t *testing.T) {
+	tests := []struct {
+		name, text string
+		problem    string // "" when valid
+	}{
+		{"valid", "[lock]\nconcurrency = 2\n", ""},
+		{"empty", "", ""},
+		{"bad value", "[lock]\nconcurrency = 0\n", "40-x.toml:2: lock.concurrency: must be at least 1, got 0"},
+		{"unknown key", "[drain]\ntimout = \"1m\"\n", `40-x.toml:2: drain.timout: unknown key "timout"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := CheckDropIn("40-x.toml", tt.text)
+			switch {
+			case tt.problem == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.problem == "" && l.Config.Lock.Concurrency < 1:
+				t.Errorf("not read over the defaults: %+v", l.Config.Lock)
+			case tt.problem != "" && (err == nil || !strings.Contains(err.Error(), tt.problem)):
+				t.Errorf("error %v, want %q in it", err, tt.problem)
+			}
+		})
+	}
+}
+
 func TestRender(t *testing.T) {
 	dir := t.TempDir()
 	main := filepath.Join(dir, "config.toml")

@@ -101,6 +101,15 @@ func ApplyCluster(base Config, cluster string) (*Loaded, error) {
 	return loadOver(base, []string{ClusterSource}, func(string) ([]byte, error) { return []byte(cluster), nil }, ps)
 }
 
+// CheckDropIn validates text as one drop-in named name, read over
+// Default() as Load reads it after an unchanged config.toml, for a tool
+// that writes a drop-in (`kured-host config from-kured`) to check what it
+// writes before anyone installs it. Problems are reported against name.
+func CheckDropIn(name, text string) (*Loaded, error) {
+	read := func(string) ([]byte, error) { return []byte(text), nil }
+	return load([]string{name}, read, &problems{files: []string{name}})
+}
+
 // LoadFiles decodes the given files in order over Default() and validates
 // the result. It checks no owner or mode (tests and tools); the daemon
 // and the commands use Load.

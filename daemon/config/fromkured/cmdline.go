@@ -1,0 +1,316 @@
+package fromkured
+
+import (
+	"encoding/csv"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// kind is how kured's flag library (spf13/pflag) reads a flag's value.
+type kind int
+
+const (
+	kString   kind = iota
+	kBool          // "--flag" alone is true; "--flag false" is true and a stray "false"
+	kInt           // strconv.ParseInt with base 0, as pflag
+	kDuration      // time.ParseDuration
+	kRegexp        // compiled when given
+	kSlice         // StringSlice: comma-separated; the first use replaces the default, later ones append
+	kArray         // StringArray: one value per use, appended; kured reads no KURED_ variable for it
+)
+
+// value is one of kured's flags as kured ends up with it: its default,
+// then the arguments in order (the last use of a scalar wins), then the
+// KURED_ environment variable, which kured reads after its arguments.
+type value struct {
+	flag  string
+	def   flagDef
+	given bool
+	text  string   // scalars: the value kured uses
+	list  []string // kSlice and kArray
+	// shown is each use as a comment names it ("--period=2h",
+	// "KURED_PERIOD=2h"), secrets hidden.
+	shown []string
+	// err: kured refuses the value (it would not start with it).
+	err error
+	// unread: the value comes from where this tool cannot look (a
+	// Secret, a field of the pod), and says from where.
+	unread string
+	// appended: a kSlice has been given, so that the next use appends.
+	appended bool
+	uses     int
+	// notes on how the value was read, for the comment.
+	notes []string
+}
+
+// cmdline is kured's whole command line, read as kured reads it.
+type cmdline struct {
+	values  map[string]*value // every flag of the table, given or not
+	unknown []string          // uses of flags kured does not have, as shown
+	extra   []string          // arguments that are not flags: kured ignores them
+	// warnings about what kured ignores, for the operator's terminal.
+	warnings []string
+}
+
+func newCmdline() *cmdline {
+	cl := &cmdline{values: map[string]*value{}}
+	for name, d := range flagTable {
+		v := &value{flag: name, def: d, text: d.def}
+		if d.kind == kSlice || d.kind == kArray {
+			v.text, v.list = "", splitCSV(d.def)
+		}
+		cl.values[name] = v
+	}
+	return cl
+}
+
+// parseArgs reads kured's arguments. pflag's forms are accepted
+// ("--flag=value", "--flag value", "--flag" for a boolean), and a single
+// dash as well ("-flag"): other tools' flag packages take it, and what it
+// meant is plain.
+func (cl *cmdline) parseArgs(args []string, ex *expander) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			cl.extra = append(cl.extra, args[i+1:]...)
+			return
+		}
+		if len(a) < 2 || a[0] != '-' {
+			cl.extra = append(cl.extra, a)
+			continue
+		}
+		name, raw, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		flag := "--" + name
+		d, known := flagTable[flag]
+		switch {
+		case hasValue:
+		case !known:
+			// pflag would refuse it, so there is no telling whether it took
+			// a value: a next word that is not a flag is read as its value.
+			if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+				raw, hasValue = args[i+1], true
+				i++
+			}
+		case d.kind == kBool:
+			raw = "true"
+		case i+1 < len(args):
+			// pflag takes the next word whatever it is ("--drain-grace-period -1").
+			raw, hasValue = args[i+1], true
+			i++
+		default:
+			v := cl.values[flag]
+			v.given, v.err = true, fmt.Errorf("flag needs an argument")
+			v.shown = append(v.shown, flag)
+			continue
+		}
+		if !known {
+			cl.unknown = append(cl.unknown, showUse(flag, raw, hasValue))
+			continue
+		}
+		v := cl.values[flag]
+		expanded, unread := ex.expand(raw)
+		if unread != "" {
+			v.given, v.unread = true, unread
+			v.shown = append(v.shown, hideSecret(flag, showUse(flag, raw, hasValue)))
+			continue
+		}
+		cl.set(v, d, expanded, hideSecret(flag, showUse(flag, expanded, hasValue)), false)
+	}
+}
+
+func showUse(flag, raw string, hasValue bool) string {
+	if !hasValue {
+		return flag
+	}
+	return flag + "=" + raw
+}
+
+// envName is the variable kured reads for flag: KURED_ and the flag's
+// name in capitals with underscores.
+func envName(flag string) string {
+	return "KURED_" + strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(flag, "--"), "-", "_"))
+}
+
+// parseEnv reads the container's KURED_ variables after the arguments,
+// as kured does: a variable wins over the argument.
+func (cl *cmdline) parseEnv(env []corev1.EnvVar, ex *expander) {
+	byEnv := map[string]string{}
+	for name := range flagTable {
+		byEnv[envName(name)] = name
+	}
+	for _, e := range env {
+		if !strings.HasPrefix(e.Name, "KURED_") {
+			continue
+		}
+		flag, known := byEnv[e.Name]
+		if !known {
+			cl.unknown = append(cl.unknown, e.Name)
+			continue
+		}
+		v, d := cl.values[flag], flagTable[flag]
+		if e.ValueFrom != nil {
+			v.given, v.unread = true, describeSource(e.ValueFrom)
+			v.shown = append(v.shown, fmt.Sprintf("%s (from %s)", e.Name, v.unread))
+			continue
+		}
+		expanded, unread := ex.expand(e.Value)
+		shown := hideSecret(flag, e.Name+"="+expanded)
+		switch {
+		case unread != "":
+			v.given, v.unread = true, unread
+			v.shown = append(v.shown, e.Name)
+		case d.kind == kArray:
+			why := fmt.Sprintf("kured does not read %s (it says \"Unsupported flag type\"): left out", e.Name)
+			v.given = true
+			v.shown = append(v.shown, shown)
+			v.notes = append(v.notes, why)
+			cl.warnings = append(cl.warnings, shown+": "+why)
+		default:
+			cl.set(v, d, expanded, shown, true)
+		}
+	}
+}
+
+// set gives flag v the value raw, as pflag's Set would.
+func (cl *cmdline) set(v *value, d flagDef, raw, shown string, fromEnv bool) {
+	v.given = true
+	v.uses++
+	v.shown = append(v.shown, shown)
+	if d.kind != kSlice && d.kind != kArray {
+		v.unread = "" // a later value replaces one that could not be read
+	}
+	var err error
+	switch d.kind {
+	case kBool:
+		var b bool
+		if b, err = strconv.ParseBool(raw); err == nil {
+			v.text = strconv.FormatBool(b)
+		}
+	case kInt:
+		var n int64
+		if fromEnv {
+			var i int
+			i, err = strconv.Atoi(raw) // kured's own reading of KURED_ variables
+			n = int64(i)
+		} else {
+			n, err = strconv.ParseInt(raw, 0, 64)
+		}
+		if err == nil {
+			v.text = strconv.FormatInt(n, 10)
+		}
+	case kDuration:
+		if _, err = time.ParseDuration(raw); err == nil {
+			v.text = raw
+		}
+	case kRegexp:
+		if _, err = regexp.Compile(raw); err == nil {
+			v.text = raw
+		}
+	case kSlice:
+		items := splitCSV(raw)
+		if v.appended {
+			v.list = append(v.list, items...)
+		} else {
+			v.list, v.appended = items, true
+		}
+	case kArray:
+		v.list = append(v.list, raw)
+	default:
+		if raw == `""` || raw == "''" {
+			// A DaemonSet's arguments pass no shell: the quotes were meant
+			// as an empty value, and kured got them as two characters.
+			v.notes = append(v.notes, "its quotes are not shell quoting in a DaemonSet: kured got them as the value; read as empty")
+			raw = ""
+		}
+		v.text = raw
+	}
+	if err != nil && v.err == nil {
+		v.err = err
+	}
+}
+
+// splitCSV splits a StringSlice value as pflag does: comma-separated, with
+// CSV quoting; empty is no element.
+func splitCSV(s string) []string {
+	if s == "" {
+		return []string{}
+	}
+	r := csv.NewReader(strings.NewReader(s))
+	r.FieldsPerRecord = -1
+	rec, err := r.Read()
+	if err != nil {
+		// pflag refuses it; the value as one element shows what was meant.
+		return []string{s}
+	}
+	return rec
+}
+
+// describeSource says where an environment variable's value comes from.
+func describeSource(s *corev1.EnvVarSource) string {
+	switch {
+	case s.SecretKeyRef != nil:
+		return fmt.Sprintf("Secret %s, key %s", s.SecretKeyRef.Name, s.SecretKeyRef.Key)
+	case s.ConfigMapKeyRef != nil:
+		return fmt.Sprintf("ConfigMap %s, key %s", s.ConfigMapKeyRef.Name, s.ConfigMapKeyRef.Key)
+	case s.FieldRef != nil:
+		return "the pod's " + s.FieldRef.FieldPath
+	case s.ResourceFieldRef != nil:
+		return "the container's " + s.ResourceFieldRef.Resource
+	}
+	return "a source outside the DaemonSet"
+}
+
+// expander expands $(NAME) in arguments and variables as the kubelet
+// does, with the container's variables that have a value in the
+// DaemonSet itself. A reference to a variable that does not exist stays
+// as written, as the kubelet leaves it; one to a variable set from a
+// Secret or a field cannot be known here.
+type expander struct {
+	values map[string]string // variables with a value
+	unread map[string]string // variables set from elsewhere: from where
+}
+
+func newExpander(env []corev1.EnvVar) *expander {
+	ex := &expander{values: map[string]string{}, unread: map[string]string{}}
+	for _, e := range env {
+		if e.ValueFrom != nil {
+			ex.unread[e.Name] = describeSource(e.ValueFrom)
+			delete(ex.values, e.Name)
+			continue
+		}
+		// A variable may refer to those before it.
+		v, _ := ex.expand(e.Value)
+		ex.values[e.Name] = v
+		delete(ex.unread, e.Name)
+	}
+	return ex
+}
+
+var reference = regexp.MustCompile(`\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)`)
+
+// expand returns s expanded, or why it cannot be: "$(NAME), from …".
+func (ex *expander) expand(s string) (string, string) {
+	if ex == nil {
+		return s, ""
+	}
+	unread := ""
+	out := reference.ReplaceAllStringFunc(s, func(m string) string {
+		if m == "$$" {
+			return "$"
+		}
+		name := m[2 : len(m)-1]
+		if v, ok := ex.values[name]; ok {
+			return v
+		}
+		if from, ok := ex.unread[name]; ok && unread == "" {
+			unread = fmt.Sprintf("$(%s), from %s", name, from)
+		}
+		return m
+	})
+	return out, unread
+}
