@@ -87,8 +87,8 @@ func TestFromKured(t *testing.T) {
 			inStdout:    []string{`address = "127.0.0.1:9101"`, "# --notify-url=$(NOTIFY_URL): not converted"},
 			inStderr:    []string{"warning: --notify-url=$(NOTIFY_URL): not converted: its value comes from $(NOTIFY_URL), from Secret kured-notify, key url", "warning: envFrom Secret kured-env"},
 			inEffective: []string{`days = ["mon", "tue", "wed"]  # DROPIN:`}},
-		{name: "secrets", args: []string{"--", "--notify-url=slack://hook:xoxbT0ken@webhook", "--prometheus-url", "https://prom.example:9090"},
-			inStdout: []string{`urls = ["slack://hook:xoxbT0ken@webhook"]`, "It holds notify or Prometheus URLs"},
+		{name: "secrets", args: []string{"--", "--notify-url=slack://hook:XOXBT0KEN-B00000000-xoxbT0kenxoxbT0ken123456@webhook", "--prometheus-url", "https://prom.example:9090"},
+			inStdout: []string{`urls = ["slack://hook:XOXBT0KEN-B00000000-xoxbT0kenxoxbT0ken123456@webhook"]`, "It holds notify or Prometheus URLs"},
 			inStderr: []string{"note: the drop-in holds notify or Prometheus URLs", "mode 0600", "50-notify.toml"}},
 		{name: "unknown flag", args: []string{"--", "--period=2h", "--colour=always"},
 			inStdout: []string{`period = "2h"`, "# --colour=always: not a flag of kured"},
@@ -158,7 +158,7 @@ func TestFromKuredOutputFile(t *testing.T) {
 		}
 		return fi.Mode().Perm()
 	}
-	code, out, errs := runCLI(t, "config", "from-kured", "-o", path, "--", "--notify-url=slack://hook:xoxbT0ken@webhook")
+	code, out, errs := runCLI(t, "config", "from-kured", "-o", path, "--", "--notify-url=slack://hook:XOXBT0KEN-B00000000-xoxbT0kenxoxbT0ken123456@webhook")
 	if code != exitOK || out != "" || !strings.Contains(errs, "wrote "+path+" (mode 0600)") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
 	}

@@ -93,13 +93,13 @@ func TestRun(t *testing.T) {
 		config func(*config.Config)
 		want   []string // "level check"
 	}{
-		{"defaults", nil, []string{"fail kubeconfig", "ok sentinel", "ok boot ID", "ok logind"}},
+		{"defaults", nil, []string{"fail kubeconfig", "ok sentinel", "ok window", "ok boot ID", "ok logind"}},
 		{"command reboot, health, metrics, no inhibitors", func(c *config.Config) {
 			c.Reboot.Method, c.Reboot.Command = config.RebootCommand, []string{"/bin/sh", "-c", "exit 0"}
 			c.Health.Command = []string{"kured-host-no-such-health-check"}
 			c.Blockers.Inhibitors = false
 			c.Metrics.Address = "127.0.0.1:0"
-		}, []string{"fail kubeconfig", "ok sentinel", "ok boot ID", "ok reboot", "fail health", "ok metrics"}},
+		}, []string{"fail kubeconfig", "ok sentinel", "ok window", "ok boot ID", "ok reboot", "fail health", "ok metrics"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

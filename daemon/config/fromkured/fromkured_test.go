@@ -67,10 +67,10 @@ func TestConvert(t *testing.T) {
 			"--prometheus-url=http://prometheus-server.monitoring.svc:9090",
 			"--alert-filter-regexp=^(Watchdog|InfoInhibitor)$", "--alert-filter-match-only=false", "--alert-firing-only"}},
 		{name: "notify-slack-deprecated", args: []string{
-			"--slack-hook-url=https://hooks.slack.com/services/T0000/B1111/XXXXXXXX", "--slack-username=prod", "--slack-channel=alerting"}},
+			"--slack-hook-url=https://hooks.slack.com/services/T00000000/B11110000/XXXXXXXXXXXXXXXXXXXXXXXX", "--slack-username=prod", "--slack-channel=alerting"}},
 		{name: "notify-url", args: []string{
 			"--notify-url=\"smtp://kured:s3cret@mail.example.com:587/?from=kured@example.com&to=ops@example.com\"",
-			"--slack-hook-url=https://hooks.slack.com/services/T0000/B1111/XXXXXXXX"}},
+			"--slack-hook-url=https://hooks.slack.com/services/T00000000/B11110000/XXXXXXXXXXXXXXXXXXXXXXXX"}},
 		{name: "marks-and-templates", args: []string{
 			"--annotate-nodes",
 			"--pre-reboot-node-labels=example.com/rebooting=true,node-role.kubernetes.io/maintenance=true",
@@ -346,9 +346,9 @@ func TestNoSecretInComments(t *testing.T) {
 	secrets := []string{"pr0mPassw0rd", "xoxbT0ken", "B1111", "s3cret", "K3YK3Y"}
 	res, err := Convert(FromArgs([]string{
 		"--prometheus-url=https://alice:pr0mPassw0rd@prom.example:9090",
-		"--notify-url=slack://hook:xoxbT0ken@webhook",
-		"--notify-url=smtp://kured:s3cret@mail.example.com:587/?to=ops@example.com",
-		"--slack-hook-url=https://hooks.slack.com/services/T0000/B1111/XXXXXXXX",
+		"--notify-url=slack://hook:XOXBT0KEN-B00000000-xoxbT0kenxoxbT0ken123456@webhook",
+		"--notify-url=smtp://kured:s3cret@mail.example.com:587/?fromaddress=kured@example.com&toaddresses=ops@example.com",
+		"--slack-hook-url=https://hooks.slack.com/services/T00000000/B11110000/XXXXXXXXXXXXXXXXXXXXXXXX",
 		"--notify-urls=ifttt://K3YK3Y/?events=reboot",
 	}))
 	if err != nil {
