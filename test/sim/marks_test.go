@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -169,14 +168,7 @@ func TestKuredMarks(t *testing.T) {
 		for run := range runs {
 			t.Run(fmt.Sprintf("%s/%d", tt.name, run), func(t *testing.T) {
 				t.Parallel()
-				o := tt.opts()
-				o.Seed = int64(run + 1)
-				var w *World
-				var res Result
-				synctest.Test(t, func(t *testing.T) {
-					w = New(o)
-					res = w.Run(t.Context())
-				})
+				w, res := runScenario(t, tt.opts(), run)
 				for _, v := range res.Violations {
 					t.Errorf("violation: %s", v)
 				}

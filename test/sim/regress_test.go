@@ -591,14 +591,7 @@ func TestRegressions(t *testing.T) {
 		for run := range runs {
 			t.Run(fmt.Sprintf("%s/%d", tt.name, run), func(t *testing.T) {
 				t.Parallel()
-				o := tt.opts()
-				o.Seed = int64(run + 1)
-				var w *World
-				var res Result
-				synctest.Test(t, func(t *testing.T) {
-					w = New(o)
-					res = w.Run(t.Context())
-				})
+				w, res := runScenario(t, tt.opts(), run)
 				if !tt.fired(w, res) {
 					t.Errorf("the scenario's fault never happened\n%s", strings.Join(res.Trace, "\n"))
 				}
@@ -614,6 +607,19 @@ func TestRegressions(t *testing.T) {
 			})
 		}
 	}
+}
+
+// runScenario runs o, with seed run+1, in a bubble of its own.
+func runScenario(t *testing.T, o Options, run int) (*World, Result) {
+	t.Helper()
+	o.Seed = int64(run + 1)
+	var w *World
+	var res Result
+	synctest.Test(t, func(t *testing.T) {
+		w = New(o)
+		res = w.Run(t.Context())
+	})
+	return w, res
 }
 
 // interposeOnce arms a scenario's fault on the nodes' own writes: f sees
