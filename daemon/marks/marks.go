@@ -91,8 +91,6 @@ func (m *Marker) NotNeeded(ctx context.Context) error {
 	return m.patch(ctx, nil, map[string]*string{InProgress: nil})
 }
 
-func ptr(s string) *string { return &s }
-
 // patch merges labels and annotations (nil values remove) into the Node;
 // nothing to change makes no request.
 func (m *Marker) patch(ctx context.Context, labels map[string]string, annotations map[string]*string) error {
