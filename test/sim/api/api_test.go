@@ -144,7 +144,18 @@ func TestInformer(t *testing.T) {
 		}, &corev1.Node{}, 0, cache.Indexers{})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		go inf.RunWithContext(ctx)
+		// The bubble must end with the informer gone: after the sever, its
+		// reflector may sleep in its watch error handler, and a bubble
+		// whose main goroutine has returned does not move its clock.
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			inf.RunWithContext(ctx)
+		}()
+		defer func() {
+			cancel()
+			<-stopped
+		}()
 		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 			t.Fatal("not synced")
 		}
