@@ -14,7 +14,7 @@ SHELL_FILES := packaging/version.sh packaging/deb/postinst packaging/deb/prerm p
 export CGO_ENABLED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help demo build test unit fuzz lint sim cover package test-packages test-integration test-vm model-full bench-lock bench bench-idle tools clean
+.PHONY: help demo build test unit fuzz lint sim sim-cost cover package test-packages test-integration test-vm model-full bench-lock bench bench-idle tools clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,6 +48,12 @@ fuzz: ## short fuzz runs of the claim parser and the lock's rules
 SEEDS ?= 1000
 sim: ## the simulator: SEEDS seeds (1000) of the real daemon under faults; SEED=N replays one
 	cd test/sim && SIM_SEEDS=$(SEEDS) SIM_SEED=$(SEED) $(GO) test -count=1 -timeout 30m -run '^TestSim$$'
+
+# A measurement, not a test: what a roll costs the API server, on the
+# simulator (requests, bytes per node, makespan against the ideal).
+SIM_COST_NODES ?= 100,1000
+sim-cost: ## what a roll of 100 and 1,000 nodes costs the API server, on the simulator (SIM_COST_NODES=100,1000,5000)
+	cd test/sim && SIM_COST_NODES=$(SIM_COST_NODES) $(GO) test -count=1 -timeout 120m -run '^TestRollCost$$' -v . | grep -v '^=== '
 
 # The cycle and the lock in the product module: their own tests, the
 # simulator's regression scenarios and COVER_SEEDS seeds, one profile.

@@ -143,6 +143,7 @@ func (c *Client) react(a k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, err
 	}
 	obj, err := c.serve(r, a)
+	c.s.Meter.request(c.who, obj)
 	if err == nil && r.Write() && c.lose(r) {
 		return true, nil, ErrLostReply
 	}

@@ -70,6 +70,9 @@ type Store struct {
 
 	// Faults decides, per request, what goes wrong.
 	Faults Faults
+	// Meter, if set (before anything runs), counts the requests and the
+	// bytes served.
+	Meter *Meter
 	// OnNode is called (outside the lock's critical section is not
 	// guaranteed: keep it short, never call the Store) after each Node
 	// write with the new revision.

@@ -73,6 +73,7 @@ func (w *watcher) end() {
 }
 
 func (w *watcher) enqueue(ev watch.Event, rv uint64) {
+	w.s.Meter.event(w.who, ev.Object)
 	w.mu.Lock()
 	w.queue = append(w.queue, queued{at: time.Now().Add(w.lag), ev: ev})
 	w.lastRV = max(w.lastRV, rv)

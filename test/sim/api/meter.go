@@ -1,0 +1,96 @@
+package api
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Meter counts what the API serves the nodes' daemons, by second of the
+// (virtual) time: requests, and the bytes of the replies and of the watch
+// events, as their objects' protobuf size (the wire size of a protobuf
+// client; JSON is larger by a roughly constant factor). Set Store.Meter
+// before anything runs; nil counts nothing.
+type Meter struct {
+	mu        sync.Mutex
+	perSecond map[int64]int
+	requests  map[string]int
+	bytes     map[string]int64
+}
+
+// NewMeter returns an empty Meter.
+func NewMeter() *Meter {
+	return &Meter{perSecond: map[int64]int{}, requests: map[string]int{}, bytes: map[string]int64{}}
+}
+
+func size(obj runtime.Object) int64 {
+	if s, ok := obj.(interface{ Size() int }); ok && obj != nil {
+		return int64(s.Size())
+	}
+	return 0
+}
+
+func (m *Meter) request(who string, reply runtime.Object) {
+	if m == nil {
+		return
+	}
+	n := size(reply)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.perSecond[time.Now().Unix()]++
+	m.requests[who]++
+	m.bytes[who] += n
+}
+
+func (m *Meter) event(who string, obj runtime.Object) {
+	if m == nil {
+		return
+	}
+	n := size(obj)
+	who, _, _ = strings.Cut(who, "#") // one process's watch
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.bytes[who] += n
+}
+
+// MeterFigures is what a Meter counted.
+type MeterFigures struct {
+	Requests    int
+	PeakPerSec  int
+	PeakAt      time.Time
+	Seconds     int // from the first request to the last
+	Bytes       int64
+	Identities  int
+	MaxRequests int // the most requests one identity made
+}
+
+// Figures sums up what m counted.
+func (m *Meter) Figures() MeterFigures {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var f MeterFigures
+	var first, last int64
+	for s, n := range m.perSecond {
+		f.Requests += n
+		if n > f.PeakPerSec {
+			f.PeakPerSec, f.PeakAt = n, time.Unix(s, 0)
+		}
+		if first == 0 || s < first {
+			first = s
+		}
+		last = max(last, s)
+	}
+	if f.Requests > 0 {
+		f.Seconds = int(last-first) + 1
+	}
+	for _, n := range m.requests {
+		f.Identities++
+		f.MaxRequests = max(f.MaxRequests, n)
+	}
+	for _, b := range m.bytes {
+		f.Bytes += b
+	}
+	return f
+}

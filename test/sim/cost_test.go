@@ -1,0 +1,102 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/test/sim/api"
+)
+
+// TestRollCost measures what a roll costs the API server, on the
+// simulator: N nodes in 3 zones, k = 10 at once and at most 4 per zone
+// (as `make bench`), every node learning of the update within a minute,
+// no faults. It prints the requests the daemons made (total, per
+// acquisition, mean and peak per second), the bytes they received per node
+// (replies and watch events, as protobuf), and the makespan against the
+// ideal. The simulated API answers in no time (virtual time moves only
+// while every goroutine waits), so the peak per second counts what the
+// daemons ask within one second; a real server spreads it by its
+// latency. It asserts no figure: it is a measurement (`make sim-cost`,
+// SIM_COST_NODES=100,1000,5000), skipped otherwise.
+func TestRollCost(t *testing.T) {
+	spec := os.Getenv("SIM_COST_NODES")
+	if spec == "" {
+		t.Skip("a measurement: make sim-cost (SIM_COST_NODES=100,1000)")
+	}
+	var rows []string
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			t.Fatalf("SIM_COST_NODES: %q is not a number of nodes", f)
+		}
+		o := Options{
+			Seed: 1, Nodes: n, Zones: 3, Concurrency: 10, ZoneMax: 4, PodsPerNode: 1,
+			NeedSpread: Span{0, time.Minute}, DownTime: Span{30 * time.Second, 30 * time.Second},
+			KubeletDelay: Span{5 * time.Second, 5 * time.Second}, Deadline: 48 * time.Hour,
+			LogLevel: 100, // nothing: the logs of thousands of daemons cost more than the roll
+		}
+		meter := api.NewMeter()
+		o.Setup = func(w *World) { w.store.Meter = meter }
+		began := time.Now()
+		w, res := runScenario(t, o, 0)
+		for _, v := range res.Violations {
+			t.Errorf("N=%d: violation: %s", n, v)
+		}
+		if !res.Completed {
+			t.Errorf("N=%d: the roll did not complete", n)
+		}
+		rows = append(rows, costRow(w, meter.Figures(), time.Since(began)))
+	}
+	t.Logf("\n| N | makespan | ideal | ratio | slot T | requests | per acq. | mean/s | peak/s | received per node | wall |\n"+
+		"|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n%s", strings.Join(rows, "\n"))
+}
+
+// costRow is one line of TestRollCost's table. The ideal is rounds × T:
+// T the mean time a node held its slot, rounds max(⌈N/k⌉, ⌈zone size /
+// zone limit⌉); the makespan runs from the start (the needs come within
+// its first minute) to the last release.
+func costRow(w *World, f api.MeterFigures, wall time.Duration) string {
+	first, last := w.start, w.start
+	holding := map[string]time.Time{}
+	var held []time.Duration
+	for _, r := range w.store.Revisions() {
+		n := r.Node
+		state := claim.State(n.Labels[claim.Label])
+		switch since, ok := holding[n.Name]; {
+		case state == claim.Holding && !ok:
+			holding[n.Name] = r.At
+		case state != claim.Holding && ok:
+			held = append(held, r.At.Sub(since))
+			delete(holding, n.Name)
+			last = r.At
+		}
+	}
+	zones := map[string]int{}
+	for _, h := range w.Hosts {
+		zones[h.Zone]++
+	}
+	nodes := len(w.Hosts)
+	var sum time.Duration
+	for _, d := range held {
+		sum += d
+	}
+	t := sum / time.Duration(max(len(held), 1))
+	rounds := int(math.Ceil(float64(nodes) / float64(w.o.Concurrency)))
+	for _, size := range zones {
+		rounds = max(rounds, int(math.Ceil(float64(size)/float64(w.o.ZoneMax))))
+	}
+	ideal := time.Duration(rounds) * t
+	makespan := last.Sub(first)
+	acquisitions := max(len(held), 1)
+	secs := max(f.Seconds, 1)
+	return fmt.Sprintf("| %d | %s | %s | %.3f | %s | %d | %.1f | %.1f | %d | %.2f MB | %s |",
+		nodes, makespan.Round(time.Second), ideal.Round(time.Second), makespan.Seconds()/ideal.Seconds(), t.Round(100*time.Millisecond),
+		f.Requests, float64(f.Requests)/float64(acquisitions), float64(f.Requests)/float64(secs), f.PeakPerSec,
+		float64(f.Bytes)/float64(nodes)/1e6, wall.Round(time.Second))
+}
