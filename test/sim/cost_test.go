@@ -23,11 +23,11 @@ import (
 // while every goroutine waits), so the peak per second counts what the
 // daemons ask within one second; a real server spreads it by its
 // latency. It asserts no figure: it is a measurement (`make sim-cost`,
-// SIM_COST_NODES=100,1000,5000), skipped otherwise.
+// SIM_COST_NODES=30,100,1000), skipped otherwise.
 func TestRollCost(t *testing.T) {
 	spec := os.Getenv("SIM_COST_NODES")
 	if spec == "" {
-		t.Skip("a measurement: make sim-cost (SIM_COST_NODES=100,1000)")
+		t.Skip("a measurement: make sim-cost (SIM_COST_NODES=30,100)")
 	}
 	var rows []string
 	for _, f := range strings.Split(spec, ",") {
