@@ -54,7 +54,7 @@ sim: ## the simulator: SEEDS seeds (1000) of the real daemon under faults; SEED=
 # nodes take seconds; 1,000 took more than 20 minutes on 2 cores.
 SIM_COST_NODES ?= 30,100
 sim-cost: ## what a roll of 30 and 100 nodes costs the API server, on the simulator (SIM_COST_NODES=30,100,1000)
-	cd test/sim && SIM_COST_NODES=$(SIM_COST_NODES) $(GO) test -count=1 -timeout 120m -run '^TestRollCost$$' -v . | grep -v '^=== '
+	cd test/sim && SIM_COST_NODES=$(SIM_COST_NODES) $(GO) test -count=1 -timeout 120m -run '^TestRollCost$$' -v .
 
 # The cycle and the lock in the product module: their own tests, the
 # simulator's regression scenarios and COVER_SEEDS seeds, one profile.
