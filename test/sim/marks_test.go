@@ -22,13 +22,7 @@ const rebootingLabel = "sim.kured-host.dev/rebooting"
 // them, on the real daemon in the simulator (issue 19). Each case runs a
 // few times: the daemons' goroutines interleave differently each time.
 func TestKuredMarks(t *testing.T) {
-	base := func(nodes int) Options {
-		return Options{
-			Seed: 1, Nodes: nodes, PodsPerNode: 1, Concurrency: 1,
-			DownTime: Span{30 * time.Second, 30 * time.Second}, KubeletDelay: Span{5 * time.Second, 5 * time.Second},
-			Deadline: 2 * time.Hour,
-		}
-	}
+	base := smallCluster
 	tests := []struct {
 		name  string
 		opts  func() Options

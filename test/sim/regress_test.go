@@ -22,15 +22,7 @@ import (
 // leave no violation; with the bug put back, each fails (docs/claims.md,
 // "The simulator").
 func TestRegressions(t *testing.T) {
-	// A small cluster with nothing drawn: every node needs a reboot at
-	// once, reboots take 30 s, kubelets report a boot after 5 s.
-	base := func(nodes int) Options {
-		return Options{
-			Seed: 1, Nodes: nodes, PodsPerNode: 1, Concurrency: 1,
-			DownTime: Span{30 * time.Second, 30 * time.Second}, KubeletDelay: Span{5 * time.Second, 5 * time.Second},
-			Deadline: 2 * time.Hour,
-		}
-	}
+	base := smallCluster
 	tests := []struct {
 		name string
 		opts func() Options
@@ -606,6 +598,17 @@ func TestRegressions(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// smallCluster is a scenario's cluster with nothing drawn: every node
+// needs a reboot at once, reboots take 30 s, kubelets report a boot after
+// 5 s, one node at a time.
+func smallCluster(nodes int) Options {
+	return Options{
+		Seed: 1, Nodes: nodes, PodsPerNode: 1, Concurrency: 1,
+		DownTime: Span{30 * time.Second, 30 * time.Second}, KubeletDelay: Span{5 * time.Second, 5 * time.Second},
+		Deadline: 2 * time.Hour,
 	}
 }
 
