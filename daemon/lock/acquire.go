@@ -7,20 +7,31 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kured-host/kured-host/daemon/claim"
 )
 
 // Join puts the node in the queue (waiting). The queue order comes from the
-// API server's clock.
+// API server's clock: the moment Join is called. The write that records it
+// is paced (paceJoin), so that a kernel update that every node learns of
+// in the same minute does not bring every node's write in the same second.
 func (l *Lock) Join(ctx context.Context) error {
+	since := l.o.ServerNow().UTC().Truncate(time.Millisecond)
+	if l.current().state != "" {
+		return nil
+	}
+	if err := l.paceJoin(ctx); err != nil {
+		return err
+	}
 	for {
 		cur := l.current()
 		if cur.state != "" {
 			return nil
 		}
 		own := l.ownLimits()
-		c := claim.Claim{Since: l.o.ServerNow().UTC().Truncate(time.Millisecond), Limits: own, Groups: groupValues(cur.labels, own.Groups)}
+		c := claim.Claim{Since: since, Limits: own, Groups: groupValues(cur.labels, own.Groups)}
 		_, err := l.write(ctx, claim.Waiting, c)
 		if err == nil {
 			l.log.Info("joined the queue for a reboot slot")
@@ -30,6 +41,52 @@ func (l *Lock) Join(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// joinRate is the pace at which the nodes of a cluster join the queue
+// together, at most: each waits a random time up to nodes/joinRate
+// (joinSpreadMax at most) before it writes. The place in the queue is
+// kept: it is the time Join was called.
+const (
+	joinRate      = 50 // nodes per second
+	joinSpreadMax = 2 * time.Minute
+)
+
+// paceJoin waits a random time up to the cluster's node count / joinRate.
+// The count is one small consistent read (a List of one Node's metadata:
+// the API server says how many remain); if it fails, the node joins now.
+func (l *Lock) paceJoin(ctx context.Context) error {
+	n, err := l.clusterSize(ctx)
+	if err != nil {
+		l.log.Debug("cannot count the cluster's nodes; joining now", "err", err)
+		return nil
+	}
+	spread := min(time.Duration(n)*time.Second/joinRate, joinSpreadMax)
+	if spread <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	d := time.Duration(l.o.Rand.Int64N(int64(spread)))
+	l.mu.Unlock()
+	l.log.Debug("pacing the join", "nodes", n, "in", d)
+	return sleep(ctx, d)
+}
+
+// clusterSize counts the cluster's Nodes.
+func (l *Lock) clusterSize(ctx context.Context) (int, error) {
+	opts := metav1.ListOptions{Limit: 1}
+	if l.o.Metadata == nil {
+		list, err := l.o.Client.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return 0, err
+		}
+		return len(list.Items) + int(ptr.Deref(list.RemainingItemCount, 0)), nil
+	}
+	list, err := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	return len(list.Items) + int(ptr.Deref(list.RemainingItemCount, 0)), nil
 }
 
 // Acquire takes a slot: from waiting it waits until eligible and
@@ -207,7 +264,7 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	l.mu.Lock()
 	l.own.rv = self.ResourceVersion
 	l.mu.Unlock()
-	ps := l.distrust(l.claims.participants(nodes))
+	ps := l.distrust(l.applyReadiness(l.claims.participants(nodes)))
 	var me claim.Participant
 	for _, p := range ps {
 		if p.Name == l.o.Node {

@@ -14,35 +14,37 @@ import (
 )
 
 // waitFar waits, far back in the queue, until this node may have come
-// within the window, and reports whether the mark has left. Reading the
-// whole queue costs a response the size of the queue, and every waiting
-// node reading it on each wake-up made a long queue's bytes grow with its
-// square (0.5 MB a read, 2.8 GB in all at 500 nodes); polling in between
-// came late, and a node that comes to the front asleep idles a slot until
-// the others pass it over. So it watches one node, the mark: the waiting
-// node whose leaving, with the queue going in order, brings this one
-// within the window. The queue is read again when the mark has left, or
-// when at the fastest pace seen this node should be within the window by
-// now (a mark held back by its group, or passed over, stays), or, while
-// the pace is not known, after a minute: the read when the mark leaves
-// measures the pace over the whole wait, where reads every few seconds
-// from the start measured a start slowed by every node joining at once
-// (and made it slower).
-func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time, snap []claim.Participant) (bool, error) {
+// within the window, and reports whether the mark has left, and whether a
+// slot has stayed free that this node could take were the nodes ahead of
+// it gone. Reading the whole queue costs a response the size of the
+// queue, and every waiting node reading it on each wake-up made a long
+// queue's bytes grow with its square (0.5 MB a read, 2.8 GB in all at 500
+// nodes); polling in between came late, and a node that comes to the
+// front asleep idles a slot until the others pass it over. So it watches
+// one node, the mark: the waiting node whose leaving, with the queue going
+// in order, brings this one within the window. The queue is read again
+// when the mark has left, or when at the fastest pace seen this node
+// should be within the window by now (a mark held back by its group, or
+// passed over, stays), or, while the pace is not known, after a minute:
+// the read when the mark leaves measures the pace over the whole wait,
+// where reads every few seconds from the start measured a start slowed by
+// every node joining at once (and made it slower).
+func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time, snap []claim.Participant) (left, room bool, err error) {
 	d := far.next(ahead, read)
 	l.log.Debug("far back in the queue", "ahead", ahead, "mark", mark.name, "next_read_in", d)
 	if mark.name == "" {
-		return false, sleep(ctx, d)
+		return false, false, sleep(ctx, d)
 	}
 	// The nodes ahead may be held back by their group (a full zone) while
 	// this one's is free: then the mark does not move, and a slot freed
 	// elsewhere is this node's to take. The active claims are few: they
-	// are read now and then (farPoll), and, when they changed, the queue
-	// is worked out again from the last read with them; a full read
-	// follows only if this node may now go.
+	// are read now and then (farPoll); if they leave room for this node,
+	// and still do a moment later (a slot between two holders is taken
+	// within a second near the front), the queue is read.
 	poll := time.NewTimer(l.jitter(farPoll))
 	defer poll.Stop()
 	view := newFarView(snap)
+	var roomAt time.Time
 	timeout := time.Minute
 	if far.perPosition > 0 {
 		timeout = farBounds(far.eta(ahead))
@@ -54,67 +56,69 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 		// Not worth a warning: paced reads of the queue do the job,
 		// and report the API's errors if they last.
 		l.log.Debug("cannot watch the mark; reading the queue at a pace instead", "mark", mark.name, "err", err)
-		return false, sleep(ctx, d)
+		return false, false, sleep(ctx, d)
 	}
 	defer w.Stop()
 	for {
 		select {
 		case <-wctx.Done():
 			if ctx.Err() != nil {
-				return false, context.Cause(ctx)
+				return false, false, context.Cause(ctx)
 			}
-			return false, nil // the time is up: read the queue
+			return false, false, nil // the time is up: read the queue
 		case <-poll.C:
-			if l.mayGoNow(ctx, view) {
-				return true, nil
+			if !l.roomNow(ctx, view) {
+				roomAt = time.Time{}
+				poll.Reset(l.jitter(farPoll))
+				continue
 			}
-			poll.Reset(l.jitter(farPoll))
+			now := l.o.Now()
+			if !roomAt.IsZero() && now.Sub(roomAt) >= roomConfirm {
+				l.log.Debug("far back: a slot has stayed free; reading the queue")
+				return true, true, nil
+			}
+			if roomAt.IsZero() {
+				roomAt = now
+			}
+			poll.Reset(l.jitter(roomConfirm))
 		case ev, ok := <-w.ResultChan():
 			if !ok || ev.Type == watch.Error {
-				return false, nil
+				return false, false, nil
 			}
 			if ev.Type == watch.Deleted {
-				return true, nil
+				return true, false, nil
 			}
 			if m, ok := ev.Object.(metav1.Object); ok && markLeft(m, mark) {
-				return true, nil
+				return true, false, nil
 			}
 		}
 	}
 }
 
 // farPoll is how often a node far back in the queue reads the active
-// claims: with the read, within 2·farPoll of a slot freed that it may
-// take (the bound docs/claims.md states).
+// claims: with the read, within 2·farPoll + 2·roomConfirm of a slot freed
+// that it may take (the bound docs/claims.md states).
 const farPoll = 15 * time.Second
+
+// roomConfirm is how long the active claims must leave room for this node
+// before it reads the queue: near the front, a freed slot is taken within
+// a second, so that room seen twice this far apart is room the nodes ahead
+// do not take (held back by their group, NotReady, gone).
+const roomConfirm = time.Second
 
 // activeSelector selects the nodes whose claim takes a slot.
 var activeSelector = claim.Label + " in (" + string(claim.Entering) + "," + string(claim.Holding) + ")"
 
 // farView is what a node far back knows between two reads of the queue:
-// the last read, the nodes seen active since, and the readiness of the
-// nodes ahead that seemed to hold it up.
+// the last read, and the nodes seen active since.
 type farView struct {
 	snap []claim.Participant
-	// went are the nodes waiting in snap seen active since: a reboot
-	// takes minutes, far longer than farPoll, so a node that took a slot
-	// and gave it back has been seen.
+	// went are the nodes waiting in snap seen active since.
 	went map[string]bool
-	// read are the waiting nodes ahead that the view let go while this
-	// node could not, each read once since (its claim may have changed
-	// between two reads of the active claims: removed and joined again
-	// behind; and a read of metadata does not show readiness).
-	read map[string]bool
-	// letGo are the nodes read that the view let go at the last read of
-	// the active claims. A Ready node let go takes its slot within a
-	// second, so one still not active at the next read did not go as
-	// read: an admin removed its claim, or its machine failed, between
-	// the two reads. It is read again.
-	letGo map[string]bool
 }
 
 func newFarView(snap []claim.Participant) *farView {
-	return &farView{snap: slices.Clone(snap), went: map[string]bool{}, read: map[string]bool{}, letGo: map[string]bool{}}
+	return &farView{snap: slices.Clone(snap), went: map[string]bool{}}
 }
 
 // update replaces node name's participant in the view with what a read of
@@ -124,12 +128,16 @@ func (v *farView) update(name string, p []claim.Participant) {
 	v.snap = append(v.snap, p...)
 }
 
-// queue works out the queue from the last read with the active claims
-// read now.
-func (v *farView) queue(l *Lock, active []claim.Participant) claim.Queue {
-	view := make([]claim.Participant, 0, len(v.snap)+len(active))
+// room works out whether this node would be admitted if no waiting node
+// were ahead of it: the active claims read now, this node, and the claims
+// of the last read that cannot be read or are not believed (they bind
+// every node; rereadDistrusted keeps them fresh). The true queue admits
+// this node only if this view does, so that no room here is no slot
+// idling for it.
+func (v *farView) room(l *Lock, active []claim.Participant) claim.Queue {
+	view := make([]claim.Participant, 0, len(active)+4)
 	for _, p := range v.snap {
-		if p.Claim.State == claim.Waiting && (!v.went[p.Name] || v.read[p.Name]) {
+		if p.Name == l.o.Node || (p.Err != nil && !v.went[p.Name]) {
 			view = append(view, p)
 		}
 	}
@@ -137,15 +145,11 @@ func (v *farView) queue(l *Lock, active []claim.Participant) claim.Queue {
 	return claim.EligibilityUpTo(view, l.o.ServerNow(), l.o.TTL, l.silent(l.o.Now()), l.o.Node)
 }
 
-// mayGoNow reads the active claims and reports whether, with them in
-// place of those of the last read of the queue, this node would be
-// eligible. Waiting nodes ahead that the view lets go take the free slots,
-// unless they are NotReady or no longer where the view has them: each is
-// read once (a GET from the API server's cache), its claim and readiness
-// taken from the read, so that a NotReady one is passed over as the nodes
-// that watch pass it over. A failed read says no: the next one, or the
+// roomNow reads the active claims and reports whether, with them in place
+// of those of the last read of the queue, and no waiting node ahead, this
+// node would be admitted. A failed read says no: the next one, or the
 // mark, tells.
-func (l *Lock) mayGoNow(ctx context.Context, v *farView) bool {
+func (l *Lock) roomNow(ctx context.Context, v *farView) bool {
 	opts := metav1.ListOptions{LabelSelector: activeSelector, ResourceVersion: "0"}
 	var nodes []*corev1.Node
 	if l.o.Metadata != nil {
@@ -169,52 +173,10 @@ func (l *Lock) mayGoNow(ctx context.Context, v *farView) bool {
 	for _, a := range active {
 		// Seen active: what an earlier read showed of it is past.
 		v.went[a.Name] = true
-		delete(v.read, a.Name)
 	}
-	for n := range v.letGo {
-		delete(v.read, n) // not active: the read is past too
-	}
-	clear(v.letGo)
 	l.rereadDistrusted(ctx, v)
-	q := v.queue(l, active)
-	// Until the view lets no unread node go ahead of this one: a node
-	// read and found elsewhere (it left and joined again behind) frees
-	// its place for the next stale one, which must be read now too, not
-	// at the next poll (CI's seed 130: two such nodes, a slot idle 48 s).
-	// Each node is read at most once a poll.
-	for !q.Eligible(l.o.Node) {
-		changed := false
-		for _, n := range q.Waiting {
-			if n == l.o.Node {
-				break
-			}
-			if v.read[n] || !q.Eligible(n) {
-				continue
-			}
-			v.read[n] = true
-			node, err := l.o.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{ResourceVersion: "0"})
-			if err != nil {
-				continue
-			}
-			changed = true
-			v.update(n, l.distrust(Participants([]*corev1.Node{queueNode(node.ObjectMeta, readyStatus(node))}, l.o.ServerNow(), l.o.ClockTolerance)))
-		}
-		if !changed {
-			break
-		}
-		q = v.queue(l, active)
-	}
-	if !q.Eligible(l.o.Node) {
-		for _, n := range q.Waiting {
-			if n == l.o.Node {
-				break
-			}
-			if v.read[n] && q.Eligible(n) {
-				v.letGo[n] = true
-			}
-		}
-	}
-	l.log.Debug("far back: the active claims read", "active", len(active), "eligible", q.Eligible(l.o.Node), "blocked_by", q.Blocked[l.o.Node])
+	q := v.room(l, active)
+	l.log.Debug("far back: the active claims read", "active", len(active), "room", q.Eligible(l.o.Node), "blocked_by", q.Blocked[l.o.Node])
 	return q.Eligible(l.o.Node)
 }
 
@@ -235,6 +197,7 @@ func (l *Lock) rereadDistrusted(ctx context.Context, v *farView) {
 		case apierrors.IsNotFound(err):
 			v.update(p.Name, nil)
 		case err == nil:
+			l.ready.note(p.Name, nodeReady(node), l.o.Now())
 			v.update(p.Name, l.distrust(Participants([]*corev1.Node{queueNode(node.ObjectMeta, readyStatus(node))}, l.o.ServerNow(), l.o.ClockTolerance)))
 		}
 	}

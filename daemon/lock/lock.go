@@ -110,6 +110,9 @@ type Lock struct {
 	// conflict, for back-off.
 	failures int
 	claims   claimCache
+	// ready is what this daemon last read of other nodes' readiness,
+	// when it reads the queue as metadata.
+	ready readiness
 }
 
 // Status is the lock's view for the operator (sd_notify, status).

@@ -35,7 +35,7 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 			return nil, err
 		}
 	}
-	ps := l.distrust(l.claims.participants(nodes))
+	ps := l.distrust(l.applyReadiness(l.claims.participants(nodes)))
 	cur := l.current()
 	ps = slices.DeleteFunc(ps, func(p claim.Participant) bool { return p.Name == l.o.Node })
 	if cur.state != "" {
@@ -48,12 +48,11 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 // the API server's cache; "": consistent). With Metadata it reads their
 // metadata only, which is where the claims are: a whole Node is several
 // times larger, and a queue of hundreds read by each of its nodes a few
-// times made most of the bytes the API server sent. Readiness then comes
-// from the watch cache if this daemon watches, and is taken as Ready
-// otherwise: far back, a NotReady node ahead is then not passed over,
-// which only makes this node wait for the window, where the watch sees
-// it; an entering node that verifies without a watch may give way to it,
-// which is always safe, and watches when it waits again.
+// times made most of the bytes the API server sent. Each is then taken as
+// Ready unless read otherwise (applyReadiness, probeReadiness): far back,
+// a NotReady node ahead is then not passed over, which only makes this
+// node wait for the window, where it is read; an entering node that
+// verifies may give way to it, which is always safe.
 func (l *Lock) listClaimed(ctx context.Context, rv string) ([]*corev1.Node, error) {
 	opts := metav1.ListOptions{LabelSelector: claim.Label, ResourceVersion: rv}
 	var nodes []*corev1.Node
@@ -71,19 +70,8 @@ func (l *Lock) listClaimed(ctx context.Context, rv string) ([]*corev1.Node, erro
 	if err != nil {
 		return nil, fmt.Errorf("list claimed nodes: %w", err)
 	}
-	w := l.watching()
 	for i := range list.Items {
-		ready := true
-		if w != nil {
-			if n, err := w.lister.Get(list.Items[i].Name); err == nil {
-				ready = nodeReady(n)
-			}
-		}
-		status := corev1.ConditionTrue
-		if !ready {
-			status = corev1.ConditionFalse
-		}
-		nodes = append(nodes, queueNode(list.Items[i].ObjectMeta, status))
+		nodes = append(nodes, queueNode(list.Items[i].ObjectMeta, corev1.ConditionTrue))
 	}
 	return nodes, nil
 }
@@ -177,6 +165,7 @@ func nodeReady(n *corev1.Node) bool { return readyStatus(n) == corev1.ConditionT
 // then (farPace), a few times per wait however long the queue.
 func (l *Lock) waitEligible(ctx context.Context) error {
 	var far farPace
+	eager := false
 	for {
 		snap, err := l.snapshot(ctx)
 		if err != nil {
@@ -188,6 +177,11 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		l.raiseAlarms(ctx, snap, server)
 		if q.Eligible(l.o.Node) {
 			return nil
+		}
+		changed, probeIn := l.probeReadiness(ctx, q, now, eager)
+		eager = false
+		if changed {
+			continue // a node ahead is NotReady, or Ready again
 		}
 		reason := q.Blocked[l.o.Node]
 		if reason == "" {
@@ -210,10 +204,13 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		if window := l.window(); len(counted) >= window {
 			l.stopWatch()
 			ahead := len(counted) - window + 1
-			left, err := l.waitFar(ctx, &far, ahead, markOf(snap, counted[len(counted)-window]), now, snap)
+			left, room, err := l.waitFar(ctx, &far, ahead, markOf(snap, counted[len(counted)-window]), now, snap)
 			if err != nil {
 				return err
 			}
+			// A slot left free: the nodes ahead that the queue lets go
+			// are read at once.
+			eager = room
 			if left {
 				// Most likely within the window now, where it
 				// watches: the watch's List is the read of the queue.
@@ -230,8 +227,13 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 			continue // look again from the fresh cache
 		}
 		// Re-check at least now and then: the grace for silent nodes
-		// and the alarms are about time, not changes.
-		if err := l.waitChange(ctx, l.jitter(min(l.o.WaitingGrace/4, 15*time.Second)+time.Second)); err != nil {
+		// and the alarms are about time, not changes; and when the
+		// readiness of a node ahead is due to be read.
+		wait := l.jitter(min(l.o.WaitingGrace/4, 15*time.Second) + time.Second)
+		if probeIn > 0 {
+			wait = min(wait, probeIn)
+		}
+		if err := l.waitChange(ctx, wait); err != nil {
 			return err
 		}
 	}

@@ -131,22 +131,14 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 }
 
 // newNodeWatch builds the informer on the claimed Nodes, not yet running:
-// slimmed objects, a broken watch remembered, a wake-up only for a change
-// the queue reads.
+// their metadata when Metadata is set (readiness is read apart:
+// probeReadiness), slimmed objects, a broken watch remembered, a wake-up
+// only for a change the queue reads.
 func (l *Lock) newNodeWatch() (*nodeWatch, error) {
 	// One informer on Nodes, not a SharedInformerFactory, which would
 	// link every API group's informers into the binary.
-	nodes := l.o.Client.CoreV1().Nodes()
-	inf := cache.NewSharedIndexInformer(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = claim.Label
-			return nodes.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = claim.Label
-			return nodes.Watch(ctx, o)
-		},
-	}, &corev1.Node{}, 0, cache.Indexers{})
+	lw, example := l.claimedListWatch()
+	inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
 	if err := inf.SetTransform(slim); err != nil {
 		return nil, err
 	}
@@ -183,10 +175,46 @@ func (l *Lock) newNodeWatch() (*nodeWatch, error) {
 	return nw, nil
 }
 
+// claimedListWatch lists and watches the claimed Nodes: their metadata
+// when Metadata is set, else whole Nodes.
+func (l *Lock) claimedListWatch() (*cache.ListWatch, runtime.Object) {
+	if l.o.Metadata != nil {
+		nodes := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes"))
+		return claimedOnly(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return nodes.List(ctx, o)
+		}, nodes.Watch), &metav1.PartialObjectMetadata{}
+	}
+	nodes := l.o.Client.CoreV1().Nodes()
+	return claimedOnly(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return nodes.List(ctx, o)
+	}, nodes.Watch), &corev1.Node{}
+}
+
+// claimedOnly lists and watches with the claim label's selector.
+func claimedOnly(list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = claim.Label
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = claim.Label
+			return watchFn(ctx, o)
+		},
+	}
+}
+
 // slim keeps of a watched Node what the queue reads (name, labels,
 // annotations, the Ready condition): a real Node's status (its images,
-// above all) and managed fields would take most of the cache.
+// above all) and managed fields would take most of the cache. A Node's
+// metadata becomes a Node taken as Ready (applyReadiness corrects it).
 func slim(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		meta := m.ObjectMeta
+		meta.ManagedFields = nil
+		return queueNode(*meta.DeepCopy(), corev1.ConditionTrue), nil
+	}
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil

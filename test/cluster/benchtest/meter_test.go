@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"io"
 	"net/http"
+	"path"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"k8s.io/client-go/kubernetes"
@@ -18,16 +20,66 @@ import (
 // a watch once, when it starts, not the events it then carries).
 type meter struct {
 	events, bytes, all atomic.Int64
+	// byKind is the bytes received by kind of request (see kindOf).
+	byKind sync.Map // string → *atomic.Int64
 }
 
-type meterSnapshot struct{ events, bytes, all int64 }
+type meterSnapshot struct {
+	events, bytes, all int64
+	byKind             map[string]int64
+}
 
 func (m *meter) snapshot() meterSnapshot {
-	return meterSnapshot{m.events.Load(), m.bytes.Load(), m.all.Load()}
+	s := meterSnapshot{m.events.Load(), m.bytes.Load(), m.all.Load(), map[string]int64{}}
+	m.byKind.Range(func(k, v any) bool {
+		s.byKind[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return s
 }
 
 func (s meterSnapshot) sub(o meterSnapshot) meterSnapshot {
-	return meterSnapshot{s.events - o.events, s.bytes - o.bytes, s.all - o.all}
+	d := meterSnapshot{s.events - o.events, s.bytes - o.bytes, s.all - o.all, map[string]int64{}}
+	for k, v := range s.byKind {
+		if v-o.byKind[k] != 0 {
+			d.byKind[k] = v - o.byKind[k]
+		}
+	}
+	return d
+}
+
+func (m *meter) kind(k string) *atomic.Int64 {
+	c, _ := m.byKind.LoadOrStore(k, new(atomic.Int64))
+	return c.(*atomic.Int64)
+}
+
+// kindOf names a request by what it asks for: the verb as the audit log
+// has it, one Node or many, whole or metadata only, and the selectors.
+func kindOf(r *http.Request) string {
+	q := r.URL.Query()
+	verb := strings.ToLower(r.Method)
+	what := path.Base(r.URL.Path) // a collection, or one object's name
+	if strings.Contains(r.URL.Path, "/nodes/") {
+		what = "node"
+	}
+	switch {
+	case q.Get("watch") == "true" || q.Get("watch") == "1":
+		verb = "watch"
+	case verb == "get" && what != "node":
+		verb = "list"
+	}
+	if strings.Contains(r.Header.Get("Accept"), "PartialObjectMetadata") {
+		what += " (metadata)"
+	}
+	for _, sel := range []string{"labelSelector", "fieldSelector"} {
+		if v := q.Get(sel); v != "" {
+			what += " " + sel[:5] + "=" + v
+		}
+	}
+	if q.Get("resourceVersion") == "0" {
+		what += " rv=0"
+	}
+	return verb + " " + what
 }
 
 // client returns a client for cfg that sends userAgent (the audit log is
@@ -61,11 +113,12 @@ func (t meterTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil || resp.Body == nil {
 		return resp, err
 	}
+	k := t.m.kind(kindOf(r))
 	if w := r.URL.Query().Get("watch"); w == "true" || w == "1" {
-		resp.Body = &watchBody{ReadCloser: resp.Body, m: t.m,
+		resp.Body = &watchBody{ReadCloser: resp.Body, m: t.m, kind: k,
 			proto: strings.Contains(resp.Header.Get("Content-Type"), "protobuf")}
 	} else {
-		resp.Body = countingBody{resp.Body, &t.m.all}
+		resp.Body = countingBody{resp.Body, &t.m.all, k}
 	}
 	return resp, nil
 }
@@ -73,12 +126,13 @@ func (t meterTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // countingBody counts the bytes of a reply.
 type countingBody struct {
 	io.ReadCloser
-	n *atomic.Int64
+	n, kind *atomic.Int64
 }
 
 func (b countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n.Add(int64(n))
+	b.kind.Add(int64(n))
 	return n, err
 }
 
@@ -87,6 +141,7 @@ func (b countingBody) Read(p []byte) (int, error) {
 type watchBody struct {
 	io.ReadCloser
 	m     *meter
+	kind  *atomic.Int64
 	proto bool
 	// frame: bytes of the length prefix read so far, and bytes left of
 	// the current protobuf frame.
@@ -98,6 +153,7 @@ func (b *watchBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.m.bytes.Add(int64(n))
 	b.m.all.Add(int64(n))
+	b.kind.Add(int64(n))
 	if b.proto {
 		b.frames(p[:n])
 	} else {

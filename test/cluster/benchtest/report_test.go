@@ -42,6 +42,15 @@ func writeTable(w io.Writer, rows []result) {
 		}
 		fmt.Fprintf(w, "- N=%d, k=%d, %s: %s; %d conflicts, %d throttled\n", r.Nodes, r.Concurrency, label(r), strings.Join(parts, ", "), r.Conflicts, r.Throttled)
 	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Received MB by kind of request:")
+	for _, r := range rows {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(r.ReceivedByKind)) {
+			parts = append(parts, fmt.Sprintf("%s %.1f", k, r.ReceivedByKind[k]))
+		}
+		fmt.Fprintf(w, "- N=%d, k=%d, %s: %s\n", r.Nodes, r.Concurrency, label(r), strings.Join(parts, "; "))
+	}
 	for _, r := range rows {
 		if r.Unfinished != "" {
 			fmt.Fprintf(w, "\nN=%d, k=%d, %s: %s\n", r.Nodes, r.Concurrency, label(r), r.Unfinished)

@@ -115,6 +115,9 @@ type result struct {
 	// What the strategy's clients received in that window: every reply
 	// (MB, decompressed), and on watches.
 	ReceivedMB  float64 `json:"receivedMB"`
+	// ReceivedByKind is ReceivedMB by kind of request: verb, what, and
+	// the selectors.
+	ReceivedByKind map[string]float64 `json:"receivedMBByKind"`
 	WatchEvents int64   `json:"watchEvents"`
 	WatchMB     float64 `json:"watchMB"`
 	// The test process (API server, etcd and every simulated host): CPU
@@ -376,6 +379,10 @@ func measure(c rollCase, strategy string, start, end time.Time, slots []slot, re
 	}
 	if strategy == kuredStyle {
 		r.Period = c.Period.Seconds()
+	}
+	r.ReceivedByKind = map[string]float64{}
+	for k, b := range watch.byKind {
+		r.ReceivedByKind[k] = float64(b) / 1e6
 	}
 	r.Ratio = r.Makespan / r.Ideal
 	r.PeakPerSecond, _ = reqs.PeakPerSecond()

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/metadata"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 )
 
 // Request is one request, as the faults see it.
@@ -212,6 +213,14 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 		if match(n) {
 			list.Items = append(list.Items, *n)
 		}
+	}
+	// A first page, as the API server serves it: with no selector, it
+	// says how many remain (no request here reads a next page).
+	if o.Limit > 0 && int64(len(list.Items)) > o.Limit {
+		if o.LabelSelector == "" && o.FieldSelector == "" {
+			list.RemainingItemCount = ptr.To(int64(len(list.Items)) - o.Limit)
+		}
+		list.Items, list.Continue = list.Items[:o.Limit], "next"
 	}
 	return list, nil
 }

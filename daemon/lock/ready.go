@@ -1,0 +1,146 @@
+package lock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+)
+
+// The queue is read as metadata (labels and annotations hold the claims):
+// a whole Node is several times larger, and every claim change of a
+// queue of hundreds reached each node near its front. Metadata has no
+// Ready condition, so readiness is read apart, only where it decides
+// something: a waiting node ahead that the queue lets go is taken as
+// Ready, and if it has not announced within readyProbe (a Ready node's
+// daemon announces within a second), its Node is read (a GET from the
+// API server's cache). A node read NotReady is passed over until a read
+// shows it Ready again.
+const (
+	// readyProbe is how long a waiting node ahead may be let go without
+	// announcing before its readiness is read.
+	readyProbe = 2 * time.Second
+	// readyReprobe is how often such a node is read again while it still
+	// has not announced; a NotReady one, while it waits ahead.
+	readyReprobe = 5 * time.Second
+)
+
+// readiness is what this daemon last read of other nodes' Ready
+// condition.
+type readiness struct {
+	mu   sync.Mutex
+	read map[string]readyRead
+}
+
+type readyRead struct {
+	ready bool
+	at    time.Time
+}
+
+func (r *readiness) note(name string, ready bool, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.read == nil {
+		r.read = map[string]readyRead{}
+	}
+	r.read[name] = readyRead{ready: ready, at: at}
+}
+
+func (r *readiness) last(name string) (readyRead, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	x, ok := r.read[name]
+	return x, ok
+}
+
+// forget drops the reads of nodes no longer in the queue.
+func (r *readiness) forget(keep func(string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name := range r.read {
+		if !keep(name) {
+			delete(r.read, name)
+		}
+	}
+}
+
+// applyReadiness marks NotReady the participants last read so, when the
+// queue was read as metadata (whole Nodes carry their own condition).
+func (l *Lock) applyReadiness(ps []claim.Participant) []claim.Participant {
+	if l.o.Metadata == nil {
+		return ps
+	}
+	for i, p := range ps {
+		if r, ok := l.ready.last(p.Name); ok && !r.ready && p.Name != l.o.Node {
+			ps[i].Ready = false
+		}
+	}
+	return ps
+}
+
+// probeReadiness reads the Node of each waiting node ahead of this one
+// that the queue lets go but that has not announced for readyProbe (at
+// once if eager: the slot has been seen free for a while already), and
+// again every readyReprobe while it still has not, and of each one last
+// read NotReady, every readyReprobe. It reports whether a read changed
+// the queue, and when the next read is due (0: none).
+func (l *Lock) probeReadiness(ctx context.Context, q claim.Queue, now time.Time, eager bool) (changed bool, next time.Duration) {
+	if l.o.Metadata == nil {
+		return false, 0
+	}
+	l.mu.Lock()
+	first := copyTimes(l.firstEligible)
+	l.mu.Unlock()
+	waiting := map[string]bool{}
+	for _, n := range q.Waiting {
+		waiting[n] = true
+	}
+	l.ready.forget(func(n string) bool { return waiting[n] })
+	for _, n := range q.Waiting {
+		if n == l.o.Node {
+			break
+		}
+		r, known := l.ready.last(n)
+		var due time.Time
+		switch {
+		case known && !r.ready:
+			due = r.at.Add(readyReprobe)
+		case q.Eligible(n) && !first[n].IsZero():
+			due = first[n].Add(readyProbe)
+			if eager {
+				due = now
+			}
+			if known {
+				due = maxTime(due, r.at.Add(readyReprobe))
+			}
+		default:
+			continue
+		}
+		if wait := due.Sub(now); wait > 0 {
+			if next == 0 || wait < next {
+				next = wait
+			}
+			continue
+		}
+		node, err := l.o.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{ResourceVersion: "0"})
+		if err != nil {
+			// The next look tells; a read that keeps failing leaves the
+			// node as the queue has it.
+			l.log.Debug("cannot read a waiting node's readiness", "node", n, "err", err)
+			continue
+		}
+		ready := nodeReady(node)
+		l.ready.note(n, ready, now)
+		if ready != (!known || r.ready) {
+			changed = true
+			l.log.Debug("a waiting node ahead", "node", n, "ready", ready)
+		}
+		if next == 0 || readyReprobe < next {
+			next = readyReprobe
+		}
+	}
+	return changed, next
+}
