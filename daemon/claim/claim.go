@@ -5,6 +5,8 @@
 package claim
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,10 +14,25 @@ import (
 )
 
 // Keys on the Node object. The label and the annotation share a name.
+// LimitsLabel is on waiting claims only, written with them: a digest of
+// the limits they publish (LimitsDigest), so that a verify can read the
+// active claims and the waiting ones that publish other limits than its
+// own, and not the whole queue.
 const (
-	Label      = "kured-host.dev/claim"
-	Annotation = "kured-host.dev/claim"
+	Label       = "kured-host.dev/claim"
+	Annotation  = "kured-host.dev/claim"
+	LimitsLabel = "kured-host.dev/waiting-limits"
 )
+
+// LimitsDigest is a label value that differs for any two different
+// limits: 16 hex digits of the SHA-256 of their JSON (the group rules in
+// the order published; a reordering only makes a claim read, never one
+// left out).
+func LimitsDigest(l Limits) string {
+	b, _ := json.Marshal(l) // plain structs: cannot fail
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
 
 // Version of the annotation's JSON.
 const Version = 1

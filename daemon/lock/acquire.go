@@ -240,7 +240,20 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 		}
 		cur = l.current()
 	}
-	nodes, err := l.listClaimed(ctx, "")
+	// Consistently, the active claims (the safety argument's read) and
+	// the waiting ones that publish other limits than this node's (they
+	// bind too, and lower a limit only if they differ); the other waiting
+	// ones (their place, for Yield) from the view of the queue, when this
+	// node has one; else the whole queue, consistently.
+	view := l.currentView()
+	var nodes []*corev1.Node
+	var err error
+	if view != nil && l.o.Now().Sub(view.at) < viewMaxAge {
+		nodes, err = l.listBinding(ctx, cur.claim.Limits, true)
+	} else {
+		nodes, err = l.listClaimed(ctx, "")
+		view = nil
+	}
 	if err != nil {
 		return claim.Verdict{}, fmt.Errorf("verify: %w", err)
 	}
@@ -264,7 +277,13 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	l.mu.Lock()
 	l.own.rv = self.ResourceVersion
 	l.mu.Unlock()
-	ps := l.distrust(l.applyReadiness(l.claims.participants(nodes)))
+	var ps []claim.Participant
+	if view != nil {
+		ps = view.withRead(l.bindingParticipants(nodes), cur.claim.Limits)
+	} else {
+		ps = l.claims.participants(nodes)
+	}
+	ps = l.distrust(l.applyReadiness(ps))
 	var me claim.Participant
 	for _, p := range ps {
 		if p.Name == l.o.Node {

@@ -2,11 +2,9 @@ package lock
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -43,7 +41,7 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 	// within a second near the front), the queue is read.
 	poll := time.NewTimer(l.jitter(farPoll))
 	defer poll.Stop()
-	view := newFarView(snap)
+	view := newQueueView(snap, l.o.Now())
 	var roomAt time.Time
 	timeout := time.Minute
 	if far.perPosition > 0 {
@@ -106,27 +104,9 @@ const farPoll = 15 * time.Second
 // do not take (held back by their group, NotReady, gone).
 const roomConfirm = time.Second
 
-// activeSelector selects the nodes whose claim takes a slot.
-var activeSelector = claim.Label + " in (" + string(claim.Entering) + "," + string(claim.Holding) + ")"
-
-// farView is what a node far back knows between two reads of the queue:
-// the last read, and the nodes seen active since.
-type farView struct {
-	snap []claim.Participant
-	// went are the nodes waiting in snap seen active since.
-	went map[string]bool
-}
-
-func newFarView(snap []claim.Participant) *farView {
-	return &farView{snap: slices.Clone(snap), went: map[string]bool{}}
-}
-
-// update replaces node name's participant in the view with what a read of
-// its Node showed (none: it has no claim any more).
-func (v *farView) update(name string, p []claim.Participant) {
-	v.snap = slices.DeleteFunc(v.snap, func(q claim.Participant) bool { return q.Name == name })
-	v.snap = append(v.snap, p...)
-}
+// activeSelector selects the nodes whose claim takes a slot: every claim
+// label but waiting (an unknown value counts as holding).
+var activeSelector = claim.Label + "," + claim.Label + "!=" + string(claim.Waiting)
 
 // room works out whether this node would be admitted if no waiting node
 // were ahead of it: the active claims read now, this node, and the claims
@@ -134,7 +114,7 @@ func (v *farView) update(name string, p []claim.Participant) {
 // every node; rereadDistrusted keeps them fresh). The true queue admits
 // this node only if this view does, so that no room here is no slot
 // idling for it.
-func (v *farView) room(l *Lock, active []claim.Participant) claim.Queue {
+func (v *queueView) room(l *Lock, active []claim.Participant) claim.Queue {
 	view := make([]claim.Participant, 0, len(active)+4)
 	for _, p := range v.snap {
 		if p.Name == l.o.Node || (p.Err != nil && !v.went[p.Name]) {
@@ -149,58 +129,20 @@ func (v *farView) room(l *Lock, active []claim.Participant) claim.Queue {
 // of those of the last read of the queue, and no waiting node ahead, this
 // node would be admitted. A failed read says no: the next one, or the
 // mark, tells.
-func (l *Lock) roomNow(ctx context.Context, v *farView) bool {
-	opts := metav1.ListOptions{LabelSelector: activeSelector, ResourceVersion: "0"}
-	var nodes []*corev1.Node
-	if l.o.Metadata != nil {
-		list, err := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List(ctx, opts)
-		if err != nil {
-			return false
-		}
-		for i := range list.Items {
-			nodes = append(nodes, queueNode(list.Items[i].ObjectMeta, corev1.ConditionTrue))
-		}
-	} else {
-		list, err := l.o.Client.CoreV1().Nodes().List(ctx, opts)
-		if err != nil {
-			return false
-		}
-		for i := range list.Items {
-			nodes = append(nodes, &list.Items[i])
-		}
+func (l *Lock) roomNow(ctx context.Context, v *queueView) bool {
+	nodes, err := l.listActive(ctx)
+	if err != nil {
+		return false
 	}
 	active := l.distrust(Participants(nodes, l.o.ServerNow(), l.o.ClockTolerance))
 	for _, a := range active {
 		// Seen active: what an earlier read showed of it is past.
 		v.went[a.Name] = true
 	}
-	l.rereadDistrusted(ctx, v)
+	l.rereadDistrusted(ctx, v, true)
 	q := v.room(l, active)
 	l.log.Debug("far back: the active claims read", "active", len(active), "room", q.Eligible(l.o.Node), "blocked_by", q.Blocked[l.o.Node])
 	return q.Eligible(l.o.Node)
-}
-
-// rereadDistrusted reads again each claim of the view that cannot be read
-// or is not believed and is not active (its label says waiting, or
-// nothing the List of active claims selects). Such a claim binds every
-// node to concurrency 1 until an admin fixes or removes it, as its alarm
-// says to; kept from the last read of the queue, its removal freed
-// nothing here until the next (CI's seeds 700, 703 and 997: a slot idle
-// 41 s). They are few, each an alarm, so each is a GET from the cache.
-func (l *Lock) rereadDistrusted(ctx context.Context, v *farView) {
-	for _, p := range slices.Clone(v.snap) {
-		if p.Err == nil || p.Name == l.o.Node || v.went[p.Name] {
-			continue
-		}
-		node, err := l.o.Client.CoreV1().Nodes().Get(ctx, p.Name, metav1.GetOptions{ResourceVersion: "0"})
-		switch {
-		case apierrors.IsNotFound(err):
-			v.update(p.Name, nil)
-		case err == nil:
-			l.ready.note(p.Name, nodeReady(node), l.o.Now())
-			v.update(p.Name, l.distrust(Participants([]*corev1.Node{queueNode(node.ObjectMeta, readyStatus(node))}, l.o.ServerNow(), l.o.ClockTolerance)))
-		}
-	}
 }
 
 // watchMark watches one Node's metadata, from its current state.

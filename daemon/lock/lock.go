@@ -109,7 +109,11 @@ type Lock struct {
 	// failures counts writes in a row that failed other than by a
 	// conflict, for back-off.
 	failures int
-	claims   claimCache
+	// claims caches the parsed claims of the last whole read of the
+	// queue; bindingClaims, of the last read with verifySelector.
+	claims, bindingClaims claimCache
+	// view is the last whole read of the queue, kept up to date.
+	view *queueView
 	// ready is what this daemon last read of other nodes' readiness,
 	// when it reads the queue as metadata.
 	ready readiness

@@ -321,7 +321,7 @@ func TestFarBackStaleView(t *testing.T) {
 			if q := claim.EligibilityUpTo(last, server, 0, l.silent(server), "me"); q.Eligible("me") {
 				t.Fatal("eligible in the last read already: the test proves nothing")
 			}
-			if !l.roomNow(context.Background(), newFarView(last)) {
+			if !l.roomNow(context.Background(), newQueueView(last, server)) {
 				t.Errorf("no room seen at the first read of the active claims")
 			}
 		})

@@ -106,7 +106,7 @@ func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (cla
 		// it would write is a guess. Only a removal is safe.
 		return claim.Claim{}, fmt.Errorf("%w: %v", ErrLost, cur.err)
 	}
-	var label, ann any // nil removes
+	var label, ann, digest any // nil removes
 	if state != "" {
 		c.State = state
 		// The API server's clock, as this host estimates it: the readers
@@ -119,10 +119,13 @@ func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (cla
 			return claim.Claim{}, err
 		}
 		label, ann = string(state), s
+		if state == claim.Waiting {
+			digest = claim.LimitsDigest(c.Limits)
+		}
 	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": cur.rv,
-		"labels":          map[string]any{claim.Label: label},
+		"labels":          map[string]any{claim.Label: label, claim.LimitsLabel: digest},
 		"annotations":     map[string]any{claim.Annotation: ann},
 	}})
 	if err != nil {

@@ -9,33 +9,48 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/kured-host/kured-host/daemon/claim"
 )
 
-// snapshot is the claimed nodes as the watch cache has them, or, when not
-// watching, as a List served from the API server's cache has them (both
-// may lag; eligibility is only about fairness, verify reads consistently),
-// with this node's own claim as this daemon knows it.
+// snapshot is the queue as this node knows it, with its own claim as this
+// daemon knows it. Near the front it is the last read of the whole queue
+// (the view) with the active claims from the watch of them in place of
+// what the read showed; otherwise, or when the view is older than the
+// watch or viewMaxAge, the whole queue read now from the API server's
+// cache. Both may lag: eligibility is only about fairness, and verify
+// reads the active claims consistently.
 func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
-	var nodes []*corev1.Node
-	if w := l.watching(); w != nil && !w.stale() && !w.quiet() {
-		var err error
-		if nodes, err = w.lister.List(labels.Everything()); err != nil {
-			return nil, err
-		}
-	} else {
-		// Not watching, or the watch failed (an outage) and client-go's
-		// back-off may keep it behind for up to half a minute after the
-		// API server is back, or it has been quiet for a while: read the
-		// queue itself.
-		var err error
-		if nodes, err = l.listClaimed(ctx, "0"); err != nil {
-			return nil, err
-		}
+	var ps []claim.Participant
+	own := l.current().claim.Limits
+	if w := l.watching(); w != nil && w.own != claim.LimitsDigest(own) {
+		l.stopWatch() // this node's limits changed: other claims bind it
 	}
-	ps := l.distrust(l.applyReadiness(l.claims.participants(nodes)))
+	w, v := l.watching(), l.currentView()
+	if w != nil && v != nil && !w.stale() && !v.at.Before(w.started) && l.o.Now().Sub(v.at) < viewMaxAge {
+		var binding []*corev1.Node
+		if !w.quiet() {
+			binding = w.list()
+		} else {
+			// Quiet for a while: a watch can stall without failing
+			// (resumed behind a lagging cache). The claims it
+			// selects are few: read them.
+			var err error
+			if binding, err = l.listBinding(ctx, own, false); err != nil {
+				return nil, err
+			}
+		}
+		ps = v.withRead(l.bindingParticipants(binding), own)
+		l.rereadDistrusted(ctx, v, false)
+	} else {
+		nodes, err := l.listClaimed(ctx, "0")
+		if err != nil {
+			return nil, err
+		}
+		ps = l.claims.participants(nodes)
+		l.setView(newQueueView(ps, l.o.Now()))
+	}
+	ps = l.distrust(l.applyReadiness(ps))
 	cur := l.current()
 	ps = slices.DeleteFunc(ps, func(p claim.Participant) bool { return p.Name == l.o.Node })
 	if cur.state != "" {
@@ -44,36 +59,84 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 	return ps, nil
 }
 
+// bindingParticipants parses the claims read with verifySelector, apart
+// from the cache of the whole queue's (claimCache forgets what a call does
+// not pass it).
+func (l *Lock) bindingParticipants(nodes []*corev1.Node) []claim.Participant {
+	return l.bindingClaims.participants(nodes)
+}
+
 // listClaimed lists the claimed nodes at resourceVersion rv ("0": from
-// the API server's cache; "": consistent). With Metadata it reads their
-// metadata only, which is where the claims are: a whole Node is several
-// times larger, and a queue of hundreds read by each of its nodes a few
-// times made most of the bytes the API server sent. Each is then taken as
-// Ready unless read otherwise (applyReadiness, probeReadiness): far back,
-// a NotReady node ahead is then not passed over, which only makes this
-// node wait for the window, where it is read; an entering node that
-// verifies may give way to it, which is always safe.
+// the API server's cache; "": consistent).
 func (l *Lock) listClaimed(ctx context.Context, rv string) ([]*corev1.Node, error) {
-	opts := metav1.ListOptions{LabelSelector: claim.Label, ResourceVersion: rv}
+	nodes, _, err := l.listNodes(ctx, claim.Label, rv, "")
+	return nodes, err
+}
+
+// listActive lists the nodes whose claim takes a slot (activeSelector),
+// from the API server's cache.
+func (l *Lock) listActive(ctx context.Context) ([]*corev1.Node, error) {
+	nodes, _, err := l.listNodes(ctx, activeSelector, "0", "")
+	return nodes, err
+}
+
+// listBinding lists the claims that bind a node publishing limits own:
+// the active ones, and the waiting ones that publish other limits. Two
+// Lists, the second at the first one's resourceVersion exactly, so that
+// together they are one snapshot: consistent, or from the API server's
+// cache.
+func (l *Lock) listBinding(ctx context.Context, own claim.Limits, consistent bool) ([]*corev1.Node, error) {
+	rv := "0"
+	if consistent {
+		rv = ""
+	}
+	active, at, err := l.listNodes(ctx, activeSelector, rv, "")
+	if err != nil {
+		return nil, err
+	}
+	other, _, err := l.listNodes(ctx, otherLimitsSelector(own), at, metav1.ResourceVersionMatchExact)
+	if err != nil {
+		return nil, err
+	}
+	return append(active, other...), nil
+}
+
+// otherLimitsSelector selects the waiting claims that publish other
+// limits than own, and those without the digest label.
+func otherLimitsSelector(own claim.Limits) string {
+	return claim.Label + "=" + string(claim.Waiting) + "," + claim.LimitsLabel + "!=" + claim.LimitsDigest(own)
+}
+
+// listNodes lists the Nodes that selector selects, at resourceVersion rv
+// with match, and returns the List's resourceVersion. With Metadata it
+// reads their metadata only, which is where the claims are: a whole Node
+// is several times larger, and a queue of hundreds read by each of its
+// nodes a few times made most of the bytes the API server sent. Each is
+// then taken as Ready unless read otherwise (applyReadiness, probeAhead):
+// far back, a NotReady node ahead is then not passed over, which only
+// makes this node wait for the window, where it is read; an entering node
+// that verifies may give way to it, which is always safe.
+func (l *Lock) listNodes(ctx context.Context, selector, rv string, match metav1.ResourceVersionMatch) ([]*corev1.Node, string, error) {
+	opts := metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, ResourceVersionMatch: match}
 	var nodes []*corev1.Node
 	if l.o.Metadata == nil {
 		list, err := l.o.Client.CoreV1().Nodes().List(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("list claimed nodes: %w", err)
+			return nil, "", fmt.Errorf("list claimed nodes: %w", err)
 		}
 		for i := range list.Items {
 			nodes = append(nodes, &list.Items[i])
 		}
-		return nodes, nil
+		return nodes, list.ResourceVersion, nil
 	}
 	list, err := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("list claimed nodes: %w", err)
+		return nil, "", fmt.Errorf("list claimed nodes: %w", err)
 	}
 	for i := range list.Items {
 		nodes = append(nodes, queueNode(list.Items[i].ObjectMeta, corev1.ConditionTrue))
 	}
-	return nodes, nil
+	return nodes, list.ResourceVersion, nil
 }
 
 // Participants turns Nodes into the rules' view of them, as another node's
@@ -178,10 +241,10 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		if q.Eligible(l.o.Node) {
 			return nil
 		}
-		changed, probeIn := l.probeReadiness(ctx, q, now, eager)
+		read, probeIn := l.probeAhead(ctx, q, now, eager)
 		eager = false
-		if changed {
-			continue // a node ahead is NotReady, or Ready again
+		if read {
+			continue // a node ahead read as it is now
 		}
 		reason := q.Blocked[l.o.Node]
 		if reason == "" {
@@ -230,8 +293,10 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		// and the alarms are about time, not changes; and when the
 		// readiness of a node ahead is due to be read.
 		wait := l.jitter(min(l.o.WaitingGrace/4, 15*time.Second) + time.Second)
-		if probeIn > 0 {
-			wait = min(wait, probeIn)
+		for _, due := range []time.Duration{probeIn, l.currentView().rereadIn(now)} {
+			if due > 0 {
+				wait = min(wait, due)
+			}
 		}
 		if err := l.waitChange(ctx, wait); err != nil {
 			return err

@@ -5,8 +5,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/kured-host/kured-host/daemon/claim"
 )
 
@@ -81,14 +79,17 @@ func (l *Lock) applyReadiness(ps []claim.Participant) []claim.Participant {
 	return ps
 }
 
-// probeReadiness reads the Node of each waiting node ahead of this one
-// that the queue lets go but that has not announced for readyProbe (at
-// once if eager: the slot has been seen free for a while already), and
-// again every readyReprobe while it still has not, and of each one last
-// read NotReady, every readyReprobe. It reports whether a read changed
-// the queue, and when the next read is due (0: none).
-func (l *Lock) probeReadiness(ctx context.Context, q claim.Queue, now time.Time, eager bool) (changed bool, next time.Duration) {
-	if l.o.Metadata == nil {
+// probeAhead reads the Node of each waiting node ahead of this one that
+// the queue lets go but that has not announced for readyProbe (at once if
+// eager: the slot has been seen free for a while already), and again
+// every readyReprobe while it still has not, and of each one last read
+// NotReady, every readyReprobe. The read shows its claim as it is (it may
+// have left the queue, or joined again behind, since the view was read)
+// and its readiness. It reports whether a node was read, and when the
+// next read is due (0: none).
+func (l *Lock) probeAhead(ctx context.Context, q claim.Queue, now time.Time, eager bool) (read bool, next time.Duration) {
+	v := l.currentView()
+	if v == nil {
 		return false, 0
 	}
 	l.mu.Lock()
@@ -125,22 +126,12 @@ func (l *Lock) probeReadiness(ctx context.Context, q claim.Queue, now time.Time,
 			}
 			continue
 		}
-		node, err := l.o.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{ResourceVersion: "0"})
-		if err != nil {
-			// The next look tells; a read that keeps failing leaves the
-			// node as the queue has it.
-			l.log.Debug("cannot read a waiting node's readiness", "node", n, "err", err)
-			continue
-		}
-		ready := nodeReady(node)
-		l.ready.note(n, ready, now)
-		if ready != (!known || r.ready) {
-			changed = true
-			l.log.Debug("a waiting node ahead", "node", n, "ready", ready)
+		if l.readInto(ctx, v, n) {
+			read = true
 		}
 		if next == 0 || readyReprobe < next {
 			next = readyReprobe
 		}
 	}
-	return changed, next
+	return read, next
 }

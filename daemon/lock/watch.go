@@ -11,31 +11,62 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kured-host/kured-host/daemon/claim"
 )
 
-// nodeWatch is an informer on the claimed nodes (label selector).
+// nodeWatch is the watch of the claims that bind this node: one informer
+// on the active claims (activeSelector), one on the waiting ones that
+// publish other limits than this node's (otherLimitsSelector). They are
+// few, where the claimed nodes are the whole queue.
 type nodeWatch struct {
-	lister corelisters.NodeLister
-	stop   func()
-	inf    cache.SharedIndexInformer
-	// brokenAt is the informer's resourceVersion when its watch last
-	// failed ("" when it has not): until it moves on, the cache may be
-	// behind by the length of an outage and client-go's back-off.
-	// failedAt is when it last failed: a watch that fails again and
-	// again (resumed from a version the server has compacted away, 410,
-	// each relist served from a cache behind it) moves its version on
-	// every relist without catching up.
-	mu       sync.Mutex
-	broken   bool
-	brokenAt string
-	failedAt time.Time
+	// own is the digest of the limits it was set up for.
+	own string
+	// started is when it started: a view of the queue read before may
+	// miss what changed before its caches filled.
+	started time.Time
+	parts   []*watchPart
+	stop    func()
+	mu      sync.Mutex
 	// lastEvent is when it last delivered a change (or filled its cache).
 	lastEvent time.Time
 	now       func() time.Time
+}
+
+// watchPart is one informer. brokenAt is its resourceVersion when its
+// watch last failed: until it moves on, the cache may be behind by the
+// length of an outage and client-go's back-off. failedAt is when it last
+// failed: a watch that fails again and again (resumed from a version the
+// server has compacted away, 410, each relist served from a cache behind
+// it) moves its version on every relist without catching up.
+type watchPart struct {
+	inf      cache.SharedIndexInformer
+	broken   bool // guarded by nodeWatch.mu
+	brokenAt string
+	failedAt time.Time
+}
+
+// list is what the informers hold.
+func (w *nodeWatch) list() []*corev1.Node {
+	var out []*corev1.Node
+	for _, p := range w.parts {
+		for _, obj := range p.inf.GetIndexer().List() {
+			if n, ok := obj.(*corev1.Node); ok {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+func (w *nodeWatch) synced() bool {
+	for _, p := range w.parts {
+		if !p.inf.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // watchQuiet is how long a watch may deliver nothing before the queue is
@@ -55,19 +86,23 @@ func (w *nodeWatch) quiet() bool {
 // cache is trusted again.
 const watchSettle = 10 * time.Second
 
-// stale reports whether the watch has not filled its cache yet, or failed
-// and has not caught up since (its version moved on and it has not failed
-// for watchSettle).
+// stale reports whether an informer has not filled its cache yet, or
+// failed and has not caught up since (its version moved on and it has not
+// failed for watchSettle).
 func (w *nodeWatch) stale() bool {
-	if !w.inf.HasSynced() {
+	if !w.synced() {
 		return true
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.broken && w.inf.LastSyncResourceVersion() != w.brokenAt && w.now().Sub(w.failedAt) >= watchSettle {
-		w.broken = false
+	stale := false
+	for _, p := range w.parts {
+		if p.broken && p.inf.LastSyncResourceVersion() != p.brokenAt && w.now().Sub(p.failedAt) >= watchSettle {
+			p.broken = false
+		}
+		stale = stale || p.broken
 	}
-	return w.broken
+	return stale
 }
 
 // syncWait is how long ensureWatch waits for the watch's cache to fill.
@@ -78,16 +113,17 @@ func (w *nodeWatch) stale() bool {
 // states.
 const syncWait = 5 * time.Second
 
-// ensureWatch starts the watch of the claimed nodes if it is not running,
-// and returns once its cache is filled, or after syncWait with the watch
-// still filling (stale).
+// ensureWatch starts the watch of the claims that bind this node if it is
+// not running, and returns once its caches are filled, or after syncWait
+// with them still filling (stale).
 func (l *Lock) ensureWatch(ctx context.Context) error {
 	l.watchMu.Lock()
 	defer l.watchMu.Unlock()
 	if l.watch != nil {
 		return nil
 	}
-	nw, err := l.newNodeWatch()
+	own := l.current().claim.Limits
+	nw, err := l.newNodeWatch(claim.LimitsDigest(own), activeSelector, otherLimitsSelector(own))
 	if err != nil {
 		return fmt.Errorf("watch claimed nodes: %w", err)
 	}
@@ -96,19 +132,18 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 		base = ctx
 	}
 	wctx, cancel := context.WithCancel(base)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		nw.inf.RunWithContext(wctx)
-	}()
+	var wg sync.WaitGroup
+	for _, p := range nw.parts {
+		wg.Go(func() { p.inf.RunWithContext(wctx) })
+	}
 	stop := func() {
 		cancel()
-		<-done
+		wg.Wait()
 	}
 	synced := make(chan struct{})
 	go func() {
 		defer close(synced)
-		cache.WaitForCacheSync(wctx.Done(), nw.inf.HasSynced)
+		cache.WaitForCacheSync(wctx.Done(), nw.synced)
 	}()
 	wait := time.NewTimer(syncWait)
 	defer wait.Stop()
@@ -130,76 +165,80 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 	return nil
 }
 
-// newNodeWatch builds the informer on the claimed Nodes, not yet running:
-// their metadata when Metadata is set (readiness is read apart:
-// probeReadiness), slimmed objects, a broken watch remembered, a wake-up
-// only for a change the queue reads.
-func (l *Lock) newNodeWatch() (*nodeWatch, error) {
-	// One informer on Nodes, not a SharedInformerFactory, which would
-	// link every API group's informers into the binary.
-	lw, example := l.claimedListWatch()
-	inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
-	if err := inf.SetTransform(slim); err != nil {
-		return nil, err
-	}
-	nw := &nodeWatch{lister: corelisters.NewNodeLister(inf.GetIndexer()), inf: inf, now: l.o.Now}
-	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		nw.mu.Lock()
-		nw.broken, nw.brokenAt, nw.failedAt = true, inf.LastSyncResourceVersion(), nw.now()
-		nw.mu.Unlock()
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-	}); err != nil {
-		return nil, err
-	}
+// newNodeWatch builds an informer for each selector, not yet running:
+// Node metadata when Metadata is set (readiness is read apart:
+// probeAhead), slimmed objects, a broken watch remembered, a wake-up only
+// for a change the queue reads.
+func (l *Lock) newNodeWatch(own string, selectors ...string) (*nodeWatch, error) {
+	nw := &nodeWatch{own: own, now: l.o.Now, started: l.o.Now()}
 	notify := func(any) {
 		nw.mu.Lock()
 		nw.lastEvent = nw.now()
 		nw.mu.Unlock()
 		l.poke()
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: notify, DeleteFunc: notify,
-		UpdateFunc: func(o, n any) {
-			// The kubelet's status reports change nothing the queue
-			// reads: wake only for a claim or readiness that changed.
-			if on, ok := o.(*corev1.Node); ok {
-				if nn, ok := n.(*corev1.Node); ok && sameForQueue(on, nn) {
-					return
+	for _, sel := range selectors {
+		// Informers on Nodes, not a SharedInformerFactory, which
+		// would link every API group's informers into the binary.
+		lw, example := l.selectedListWatch(sel)
+		inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
+		if err := inf.SetTransform(slim); err != nil {
+			return nil, err
+		}
+		p := &watchPart{inf: inf}
+		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			nw.mu.Lock()
+			p.broken, p.brokenAt, p.failedAt = true, inf.LastSyncResourceVersion(), nw.now()
+			nw.mu.Unlock()
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		}); err != nil {
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: notify, DeleteFunc: notify,
+			UpdateFunc: func(o, n any) {
+				// The kubelet's status reports change nothing the
+				// queue reads: wake only for a claim or readiness
+				// that changed.
+				if on, ok := o.(*corev1.Node); ok {
+					if nn, ok := n.(*corev1.Node); ok && sameForQueue(on, nn) {
+						return
+					}
 				}
-			}
-			notify(n)
-		},
-	}); err != nil {
-		return nil, err
+				notify(n)
+			},
+		}); err != nil {
+			return nil, err
+		}
+		nw.parts = append(nw.parts, p)
 	}
 	return nw, nil
 }
 
-// claimedListWatch lists and watches the claimed Nodes: their metadata
-// when Metadata is set, else whole Nodes.
-func (l *Lock) claimedListWatch() (*cache.ListWatch, runtime.Object) {
+// selectedListWatch lists and watches the Nodes selector selects: their
+// metadata when Metadata is set, else whole Nodes.
+func (l *Lock) selectedListWatch(selector string) (*cache.ListWatch, runtime.Object) {
 	if l.o.Metadata != nil {
 		nodes := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes"))
-		return claimedOnly(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return selected(selector, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return nodes.List(ctx, o)
 		}, nodes.Watch), &metav1.PartialObjectMetadata{}
 	}
 	nodes := l.o.Client.CoreV1().Nodes()
-	return claimedOnly(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	return selected(selector, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return nodes.List(ctx, o)
 	}, nodes.Watch), &corev1.Node{}
 }
 
-// claimedOnly lists and watches with the claim label's selector.
-func claimedOnly(list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+func selected(selector string, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = claim.Label
+			o.LabelSelector = selector
 			return list(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = claim.Label
+			o.LabelSelector = selector
 			return watchFn(ctx, o)
 		},
 	}

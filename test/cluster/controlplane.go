@@ -91,6 +91,7 @@ type ControlPlane struct {
 
 	mu    sync.Mutex
 	hosts map[string]*SimHost
+	beats heartbeats
 }
 
 // Start runs etcd and kube-apiserver with --authorization-mode=Node,RBAC

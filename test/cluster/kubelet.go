@@ -100,8 +100,10 @@ func (k *kubelet) setReady(ctx context.Context, ready bool, reason, message stri
 	if err != nil {
 		return err
 	}
-	_, err = nodes.Patch(ctx, k.h.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	return err
+	return k.h.recordHeartbeat(ctx, "status", func(ctx context.Context) error {
+		_, err := nodes.Patch(ctx, k.h.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		return err
+	})
 }
 
 // run keeps the lease fresh and looks after the node's pods until ctx ends.
@@ -124,7 +126,7 @@ func (k *kubelet) run(ctx context.Context) {
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
 	for {
-		if err := k.renewLease(ctx); err != nil && ctx.Err() == nil {
+		if err := k.h.recordHeartbeat(ctx, "lease", k.renewLease); err != nil && ctx.Err() == nil {
 			k.h.cp.logf("host %s: lease: %v", k.h.Name, err)
 		}
 		select {

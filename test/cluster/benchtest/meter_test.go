@@ -71,10 +71,14 @@ func kindOf(r *http.Request) string {
 	if strings.Contains(r.Header.Get("Accept"), "PartialObjectMetadata") {
 		what += " (metadata)"
 	}
-	for _, sel := range []string{"labelSelector", "fieldSelector"} {
-		if v := q.Get(sel); v != "" {
-			what += " " + sel[:5] + "=" + v
-		}
+	if v := q.Get("labelSelector"); v != "" {
+		what += " label=" + v
+	}
+	if v := q.Get("fieldSelector"); v != "" {
+		what += " field=" + strings.SplitN(v, "=", 2)[0] // not the name: one kind
+	}
+	if q.Get("limit") != "" {
+		what += " limit"
 	}
 	if q.Get("resourceVersion") == "0" {
 		what += " rv=0"

@@ -43,6 +43,13 @@ func writeTable(w io.Writer, rows []result) {
 		fmt.Fprintf(w, "- N=%d, k=%d, %s: %s; %d conflicts, %d throttled\n", r.Nodes, r.Concurrency, label(r), strings.Join(parts, ", "), r.Conflicts, r.Throttled)
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Kubelet heartbeats (Lease renewals, status reports), p50 / p99 (count): idle; the whole roll; the roll's busiest second:")
+	for _, r := range rows {
+		fmt.Fprintf(w, "- N=%d, k=%d, %s: idle %s; roll %s; busiest second %s, max %.0f ms; %d throttled, %d failed\n",
+			r.Nodes, r.Concurrency, label(r), r.HeartbeatIdle, r.HeartbeatRoll, r.HeartbeatBusy, r.HeartbeatBusy.MaxMs,
+			r.HeartbeatThrottled, r.HeartbeatFailed)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Received MB by kind of request:")
 	for _, r := range rows {
 		var parts []string

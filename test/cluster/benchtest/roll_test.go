@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,12 +115,12 @@ type result struct {
 	Throttled int `json:"throttled"`
 	// What the strategy's clients received in that window: every reply
 	// (MB, decompressed), and on watches.
-	ReceivedMB  float64 `json:"receivedMB"`
+	ReceivedMB float64 `json:"receivedMB"`
 	// ReceivedByKind is ReceivedMB by kind of request: verb, what, and
 	// the selectors.
 	ReceivedByKind map[string]float64 `json:"receivedMBByKind"`
-	WatchEvents int64   `json:"watchEvents"`
-	WatchMB     float64 `json:"watchMB"`
+	WatchEvents    int64              `json:"watchEvents"`
+	WatchMB        float64            `json:"watchMB"`
 	// The test process (API server, etcd and every simulated host): CPU
 	// used during the roll, resident memory before the hosts were added
 	// and at its peak during the roll, peak Go heap in use, and VmHWM.
@@ -128,6 +129,42 @@ type result struct {
 	RSSPeakMB   float64 `json:"rssPeakMB"`
 	HeapPeakMB  float64 `json:"heapPeakMB"`
 	HWMMB       float64 `json:"vmHWMMB"`
+	// The kubelet stand-ins' heartbeats (Lease renewals, status
+	// reports): the cluster idle before the roll (N ≥ 200 only: 12 s),
+	// the whole roll, and the roll's busiest second (by the strategy's
+	// requests); those the API server turned away (429, audit log) and
+	// those that failed.
+	HeartbeatIdle      latency `json:"heartbeatIdle"`
+	HeartbeatRoll      latency `json:"heartbeatRoll"`
+	HeartbeatBusy      latency `json:"heartbeatBusiestSecond"`
+	HeartbeatThrottled int     `json:"heartbeatThrottled"`
+	HeartbeatFailed    int     `json:"heartbeatFailed"`
+}
+
+// latency is a sample of request times.
+type latency struct {
+	N                   int
+	P50ms, P99ms, MaxMs float64
+}
+
+func latencyOf(bs []cluster.Heartbeat) latency {
+	if len(bs) == 0 {
+		return latency{}
+	}
+	ds := make([]time.Duration, len(bs))
+	for i, b := range bs {
+		ds[i] = b.Took
+	}
+	slices.Sort(ds)
+	pct := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1)+0.5)]) / 1e6 }
+	return latency{N: len(ds), P50ms: pct(0.5), P99ms: pct(0.99), MaxMs: pct(1)}
+}
+
+func (l latency) String() string {
+	if l.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f / %.0f ms (%d)", l.P50ms, l.P99ms, l.N)
 }
 
 var rollSeq atomic.Int64
@@ -215,6 +252,15 @@ func settle(tb testing.TB, ctx context.Context, f *fleet, c rollCase, strategy s
 func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollCase, strategy string,
 	budget time.Duration, memBefore memStats) result {
 	tb.Helper()
+	var idle []cluster.Heartbeat
+	if c.Nodes >= 200 {
+		// Every stand-in renews its Lease every 10 s.
+		from := time.Now()
+		if err := sleep(ctx, 12*time.Second); err != nil {
+			tb.Fatal(err)
+		}
+		idle = cp.Heartbeats(from, time.Now())
+	}
 	sampler := startMemSampler()
 	cpuBefore := cpuTime()
 	watchBefore := f.meter.snapshot()
@@ -244,6 +290,7 @@ func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollC
 		timeline(start, slots)
 	}
 	r := measure(c, strategy, start, end, slots, reqs, watch, cpu, memBefore, mem)
+	heartbeats(&r, idle, cp.Heartbeats(start, end), reqs, all.Between(start, end))
 	if !finished {
 		// The makespan is at least the budget.
 		r.Makespan, r.Ratio = budget.Seconds(), budget.Seconds()/r.Ideal
@@ -404,6 +451,28 @@ func measure(c rollCase, strategy string, start, end time.Time, slots []slot, re
 	p50, p99 := handoffs(slots)
 	r.HandoffP50, r.HandoffP99 = p50.Seconds(), p99.Seconds()
 	return r
+}
+
+// heartbeats adds the stand-ins' heartbeat figures to r: idle, during
+// the roll, in the second the strategy's requests peaked, and those
+// throttled (429 on a Lease or a Node status, from the audit log of the
+// roll, all) or failed.
+func heartbeats(r *result, idle, roll []cluster.Heartbeat, reqs, all cluster.Requests) {
+	r.HeartbeatIdle, r.HeartbeatRoll = latencyOf(idle), latencyOf(roll)
+	_, at := reqs.PeakPerSecond()
+	var busy []cluster.Heartbeat
+	for _, b := range roll {
+		if !b.At.Before(at) && b.At.Before(at.Add(time.Second)) {
+			busy = append(busy, b)
+		}
+		if b.Err != nil {
+			r.HeartbeatFailed++
+		}
+	}
+	r.HeartbeatBusy = latencyOf(busy)
+	r.HeartbeatThrottled = len(all.Where(func(x cluster.Request) bool {
+		return x.Code == 429 && strings.HasPrefix(x.User, "system:node:") && (x.Resource == "leases" || x.Subresource == "status")
+	}))
 }
 
 // handoffs are the times from a release to the next slot taken (as

@@ -200,10 +200,19 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 	defer s.mu.Unlock()
 	rv := s.rv
 	var nodes []*corev1.Node
-	if o.ResourceVersion == "0" && s.Faults.CacheLag != nil {
+	switch {
+	case o.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
+		// At that revision exactly, as etcd serves it.
+		at, err := strconv.ParseUint(o.ResourceVersion, 10, 64)
+		if err != nil || at > s.rv {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersion %q: not a revision the store has", o.ResourceVersion))
+		}
+		rv = at
+		nodes = s.nodesAt(rv)
+	case o.ResourceVersion == "0" && s.Faults.CacheLag != nil:
 		rv = s.cacheRV(s.Faults.CacheLag(r))
 		nodes = s.nodesAt(rv)
-	} else {
+	default:
 		for _, obj := range s.current("nodes") {
 			nodes = append(nodes, obj.(*corev1.Node).DeepCopy())
 		}
