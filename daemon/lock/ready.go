@@ -47,6 +47,22 @@ func (r *readiness) note(name string, ready bool, at time.Time) {
 	r.read[name] = readyRead{ready: ready, at: at}
 }
 
+// touch records a read that failed: the readiness stays as it was (Ready
+// if unknown), and the next read waits readyReprobe.
+func (r *readiness) touch(name string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.read == nil {
+		r.read = map[string]readyRead{}
+	}
+	x, ok := r.read[name]
+	if !ok {
+		x.ready = true
+	}
+	x.at = at
+	r.read[name] = x
+}
+
 func (r *readiness) last(name string) (readyRead, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

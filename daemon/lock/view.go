@@ -132,9 +132,14 @@ func (l *Lock) readInto(ctx context.Context, v *queueView, name string) bool {
 	node, err := l.o.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})
 	switch {
 	case apierrors.IsNotFound(err):
+		// Taken as Ready: whatever a read of the queue from a cache
+		// behind still shows of it, it is not read again before
+		// readyReprobe.
+		l.ready.note(name, true, l.o.Now())
 		v.update(name, nil)
 		return true
 	case err != nil:
+		l.ready.touch(name, l.o.Now())
 		l.log.Debug("cannot read a node of the queue", "node", name, "err", err)
 		return false
 	}

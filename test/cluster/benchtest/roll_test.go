@@ -470,6 +470,10 @@ func heartbeats(r *result, idle, roll []cluster.Heartbeat, reqs, all cluster.Req
 		}
 	}
 	r.HeartbeatBusy = latencyOf(busy)
+	if len(busy) == 0 && len(roll) > 0 {
+		fmt.Fprintf(os.Stderr, "no heartbeat in the busiest second %s; the roll's from %s to %s\n",
+			at.Format(time.RFC3339Nano), roll[0].At.Format(time.RFC3339Nano), roll[len(roll)-1].At.Format(time.RFC3339Nano))
+	}
 	r.HeartbeatThrottled = len(all.Where(func(x cluster.Request) bool {
 		return x.Code == 429 && strings.HasPrefix(x.User, "system:node:") && (x.Resource == "leases" || x.Subresource == "status")
 	}))
