@@ -55,24 +55,24 @@ func TestRollCI(t *testing.T) {
 }
 
 // TestFarBackCI: 80 nodes one at a time, so that 64 of them wait behind
-// the window (16) that watches the claimed nodes. A node far back reads
-// the whole queue when it joins, then watches one node, the mark, until it
-// leaves, and then starts the watch of the claimed nodes; verify reads the
-// queue once more. Reading the queue on each of its paced wake-ups
-// instead, as it did before, made 7.0 Lists per node here (2.0 now), and
-// more the longer the queue. T is short (0.3 s): the case is about reads,
-// not the makespan.
+// the window (16) that watches. A node far back reads the whole queue when
+// it joins, then watches one node, the mark, until it leaves, and then
+// reads the queue again and watches the claims that bind it. Reading the
+// queue on each of its paced wake-ups instead, as it did before, made 7.0
+// Lists per node here, and more the longer the queue. The other Lists are
+// small (the active claims; the count of nodes before a join). T is short
+// (0.3 s): the case is about reads, not the makespan.
 func TestFarBackCI(t *testing.T) {
 	const half = 150 * time.Millisecond
 	c := rollCase{Nodes: 80, K: 1, Zones: 3, Hold: half, Down: half}
 	r := roll(t, c, slotLock)
 	lists := float64(r.ByVerb["list"]) / float64(c.Nodes)
-	t.Logf("N=80 k=1: makespan %.2fs, ratio %.3f, %.1f Lists per node, by verb %v, received %.1f MB",
-		r.Makespan, r.Ratio, lists, r.ByVerb, r.ReceivedMB)
+	t.Logf("N=80 k=1: makespan %.2fs, ratio %.3f, %.1f reads of the whole queue per node, %.1f Lists in all, by verb %v, received %.1f MB",
+		r.Makespan, r.Ratio, r.QueueReadsPerNode, lists, r.ByVerb, r.ReceivedMB)
 	if r.Unfinished != "" {
 		t.Fatal(r.Unfinished)
 	}
-	if lists > 4 {
-		t.Errorf("%.1f Lists per node, want ≤ 4 (%v)", lists, r.ByVerb)
+	if r.QueueReadsPerNode > 3 {
+		t.Errorf("%.1f reads of the whole queue per node, want ≤ 3 (%v)", r.QueueReadsPerNode, r.ByVerb)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"slices"
 	"sort"
@@ -106,6 +107,10 @@ type result struct {
 	ByVerb         map[string]int `json:"byVerb"`
 	PeakByVerb     map[string]int `json:"peakPerSecondByVerb"`
 	ReadsPerNode   float64        `json:"readsPerNode"`
+	// QueueReadsPerNode are the Lists of every claimed node (label
+	// selector kured-host.dev/claim alone): the reads whose size is the
+	// queue's.
+	QueueReadsPerNode float64 `json:"queueReadsPerNode"`
 	// Unfinished says how far a roll got that did not finish in time.
 	Unfinished string `json:"unfinished,omitempty"`
 	// Conflicts are writes refused because the object had changed (409).
@@ -446,11 +451,21 @@ func measure(c rollCase, strategy string, start, end time.Time, slots []slot, re
 		r.SlotRatio = r.Makespan / (float64(r.Rounds) * r.SlotMean)
 	}
 	r.ReadsPerNode = float64(reqs.Reads()) / float64(c.Nodes)
+	r.QueueReadsPerNode = float64(len(reqs.Where(queueRead))) / float64(c.Nodes)
 	r.Conflicts = len(reqs.Where(func(x cluster.Request) bool { return x.Code == 409 }))
 	r.Throttled = len(reqs.Where(func(x cluster.Request) bool { return x.Code == 429 }))
 	p50, p99 := handoffs(slots)
 	r.HandoffP50, r.HandoffP99 = p50.Seconds(), p99.Seconds()
 	return r
+}
+
+// queueRead is a List of every claimed node.
+func queueRead(r cluster.Request) bool {
+	if r.Verb != "list" {
+		return false
+	}
+	u, err := url.Parse(r.URI)
+	return err == nil && u.Query().Get("labelSelector") == claim.Label
 }
 
 // heartbeats adds the stand-ins' heartbeat figures to r: idle, during

@@ -527,7 +527,9 @@ func TestDeadEnteringKeepsItsUnit(t *testing.T) {
 
 // TestDeadWaitingHead: a waiting claim at the head of the queue whose
 // daemon is gone (Node still Ready) is passed over after the grace; a
-// NotReady one at once.
+// NotReady one as soon as the next node reads it, a second after the
+// queue let it go without its announcing (the queue is read as metadata,
+// without readiness).
 func TestDeadWaitingHead(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
