@@ -19,8 +19,8 @@ import (
 // same minute does not bring every node's write in the same second. The
 // place is the write's, not the moment Join was called: a node that took
 // an earlier moment would join ahead of nodes that had read the queue,
-// which then think themselves nearer the front than they are (a 500-node
-// roll read the whole queue 7,169 times).
+// which then think themselves nearer the front than they are (in a
+// 500-node roll, 940 MB of reads of the whole queue against 616 MB).
 func (l *Lock) Join(ctx context.Context) error {
 	if l.current().state != "" {
 		return nil

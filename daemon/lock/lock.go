@@ -110,7 +110,8 @@ type Lock struct {
 	// conflict, for back-off.
 	failures int
 	// claims caches the parsed claims of the last whole read of the
-	// queue; bindingClaims, of the last read with verifySelector.
+	// queue; bindingClaims, of the last read of the claims that bind
+	// (listBinding).
 	claims, bindingClaims claimCache
 	// view is the last whole read of the queue, kept up to date.
 	view *queueView

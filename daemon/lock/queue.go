@@ -59,7 +59,7 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 	return ps, nil
 }
 
-// bindingParticipants parses the claims read with verifySelector, apart
+// bindingParticipants parses the claims read by listBinding, apart
 // from the cache of the whole queue's (claimCache forgets what a call does
 // not pass it).
 func (l *Lock) bindingParticipants(nodes []*corev1.Node) []claim.Participant {

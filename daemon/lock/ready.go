@@ -13,9 +13,9 @@ import (
 // queue of hundreds reached each node near its front. Metadata has no
 // Ready condition, so readiness is read apart, only where it decides
 // something: a waiting node ahead that the queue lets go is taken as
-// Ready, and if it has not announced within readyProbe, its Node is read (a GET from the
-// API server's cache). A node read NotReady is passed over until a read
-// shows it Ready again.
+// Ready, and if it has not announced within readyProbe, its Node is read
+// (a GET from the API server's cache). A node read NotReady is passed
+// over until a read shows it Ready again.
 const (
 	// readyProbe is how long a waiting node ahead may be let go without
 	// announcing before its readiness is read: a Ready node's daemon

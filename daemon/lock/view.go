@@ -54,7 +54,7 @@ func (l *Lock) setView(v *queueView) {
 	l.mu.Unlock()
 }
 
-// withRead is the queue: the claims read now with verifySelector(own)
+// withRead is the queue: the claims read now by listBinding(own)
 // (the active ones, and the waiting ones that publish other limits than
 // own) in place of what the view has of those nodes, and the waiting
 // claims of the view that this selector leaves out, not seen active since.
