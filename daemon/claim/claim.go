@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -17,12 +18,27 @@ import (
 // LimitsLabel is on waiting claims only, written with them: a digest of
 // the limits they publish (LimitsDigest), so that a verify can read the
 // active claims and the waiting ones that publish other limits than its
-// own, and not the whole queue.
+// own, and not the whole queue. SinceLabel is on waiting claims only too:
+// the claim's place (SinceValue), so that a node reads the waiting claims
+// ahead of it (a selector "<"), not the whole queue.
 const (
 	Label       = "kured-host.dev/claim"
 	Annotation  = "kured-host.dev/claim"
 	LimitsLabel = "kured-host.dev/waiting-limits"
+	SinceLabel  = "kured-host.dev/waiting-since"
 )
+
+// SinceValue is the SinceLabel value of a claim waiting since t: its Unix
+// time in milliseconds, the precision of the annotation's times, as a
+// decimal integer (a label selector compares such values with < and >).
+func SinceValue(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+
+// AheadSelector selects the waiting claims whose SinceLabel puts them
+// ahead of, or level with, a claim waiting since t (the queue breaks a tie
+// by name).
+func AheadSelector(t time.Time) string {
+	return SinceLabel + "<" + strconv.FormatInt(t.UnixMilli()+1, 10)
+}
 
 // LimitsDigest is a label value that differs for any two different
 // limits: 16 hex digits of the SHA-256 of their JSON (the group rules in

@@ -251,9 +251,9 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	var nodes []*corev1.Node
 	var err error
 	if view != nil && l.o.Now().Sub(view.at) < viewMaxAge {
-		nodes, err = l.listBinding(ctx, cur.claim.Limits, true)
+		nodes, _, err = l.listBinding(ctx, cur.claim.Limits, true)
 	} else {
-		nodes, err = l.listClaimed(ctx, "")
+		nodes, err = l.readQueue(ctx, true)
 		view = nil
 	}
 	if err != nil {

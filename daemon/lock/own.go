@@ -106,7 +106,7 @@ func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (cla
 		// it would write is a guess. Only a removal is safe.
 		return claim.Claim{}, fmt.Errorf("%w: %v", ErrLost, cur.err)
 	}
-	var label, ann, digest any // nil removes
+	var label, ann, digest, since any // nil removes
 	if state != "" {
 		c.State = state
 		// The API server's clock, as this host estimates it: the readers
@@ -120,12 +120,12 @@ func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (cla
 		}
 		label, ann = string(state), s
 		if state == claim.Waiting {
-			digest = claim.LimitsDigest(c.Limits)
+			digest, since = claim.LimitsDigest(c.Limits), claim.SinceValue(c.Since)
 		}
 	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": cur.rv,
-		"labels":          map[string]any{claim.Label: label, claim.LimitsLabel: digest},
+		"labels":          map[string]any{claim.Label: label, claim.LimitsLabel: digest, claim.SinceLabel: since},
 		"annotations":     map[string]any{claim.Annotation: ann},
 	}})
 	if err != nil {

@@ -36,14 +36,14 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 			// (resumed behind a lagging cache). The claims it
 			// selects are few: read them.
 			var err error
-			if binding, err = l.listBinding(ctx, own, false); err != nil {
+			if binding, _, err = l.listBinding(ctx, own, false); err != nil {
 				return nil, err
 			}
 		}
 		ps = v.withRead(l.bindingParticipants(binding), own)
 		l.rereadDistrusted(ctx, v, false)
 	} else {
-		nodes, err := l.listClaimed(ctx, "0")
+		nodes, err := l.readQueue(ctx, false)
 		if err != nil {
 			return nil, err
 		}
@@ -66,11 +66,41 @@ func (l *Lock) bindingParticipants(nodes []*corev1.Node) []claim.Participant {
 	return l.bindingClaims.participants(nodes)
 }
 
-// listClaimed lists the claimed nodes at resourceVersion rv ("0": from
-// the API server's cache; "": consistent).
-func (l *Lock) listClaimed(ctx context.Context, rv string) ([]*corev1.Node, error) {
-	nodes, _, err := l.listNodes(ctx, claim.Label, rv, "")
-	return nodes, err
+// readQueue reads, as one snapshot, what of the queue matters to this
+// node: the claims that bind it (listBinding) and the waiting claims ahead
+// of its place (claim.AheadSelector), the latter at the former's
+// resourceVersion exactly; consistent, or from the API server's cache.
+// Nothing behind this node bars it from a slot but a claim that binds
+// it, which listBinding reads wherever it is: a read of the whole queue
+// was a response the size of the queue, N² bytes over a roll of N nodes
+// each reading it once or twice. Without a place (this node's claim is
+// not waiting or entering) it reads every claimed node.
+func (l *Lock) readQueue(ctx context.Context, consistent bool) ([]*corev1.Node, error) {
+	cur := l.current()
+	rv := "0"
+	if consistent {
+		rv = ""
+	}
+	if cur.err != nil || cur.claim.Since.IsZero() || (cur.state != claim.Waiting && cur.state != claim.Entering) {
+		nodes, _, err := l.listNodes(ctx, claim.Label, rv, "")
+		return nodes, err
+	}
+	binding, at, err := l.listBinding(ctx, cur.claim.Limits, consistent)
+	if err != nil {
+		return nil, err
+	}
+	ahead, _, err := l.listNodes(ctx, claim.AheadSelector(cur.claim.Since), at, metav1.ResourceVersionMatchExact)
+	if err != nil {
+		return nil, err
+	}
+	// A waiting claim ahead that publishes other limits is in both.
+	nodes := binding
+	for _, n := range ahead {
+		if !slices.ContainsFunc(binding, func(b *corev1.Node) bool { return b.Name == n.Name }) {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes, nil
 }
 
 // listActive lists the nodes whose claim takes a slot (activeSelector),
@@ -84,21 +114,21 @@ func (l *Lock) listActive(ctx context.Context) ([]*corev1.Node, error) {
 // the active ones, and the waiting ones that publish other limits. Two
 // Lists, the second at the first one's resourceVersion exactly, so that
 // together they are one snapshot: consistent, or from the API server's
-// cache.
-func (l *Lock) listBinding(ctx context.Context, own claim.Limits, consistent bool) ([]*corev1.Node, error) {
+// cache. It returns that resourceVersion.
+func (l *Lock) listBinding(ctx context.Context, own claim.Limits, consistent bool) ([]*corev1.Node, string, error) {
 	rv := "0"
 	if consistent {
 		rv = ""
 	}
 	active, at, err := l.listNodes(ctx, activeSelector, rv, "")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	other, _, err := l.listNodes(ctx, otherLimitsSelector(own), at, metav1.ResourceVersionMatchExact)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return append(active, other...), nil
+	return append(active, other...), at, nil
 }
 
 // otherLimitsSelector selects the waiting claims that publish other
