@@ -246,7 +246,7 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	// the waiting ones that publish other limits than this node's (they
 	// bind too, and lower a limit only if they differ); the other waiting
 	// ones (their place, for Yield) from the view of the queue, when this
-	// node has one; else the whole queue, consistently.
+	// node has one; else read now with them (readQueue).
 	view := l.currentView()
 	var nodes []*corev1.Node
 	var err error

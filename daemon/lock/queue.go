@@ -14,11 +14,11 @@ import (
 )
 
 // snapshot is the queue as this node knows it, with its own claim as this
-// daemon knows it. Near the front it is the last read of the whole queue
-// (the view) with the active claims from the watch of them in place of
-// what the read showed; otherwise, or when the view is older than the
-// watch or viewMaxAge, the whole queue read now from the API server's
-// cache. Both may lag: eligibility is only about fairness, and verify
+// daemon knows it. Near the front it is the last read of the queue (the
+// view: readQueue) with the claims that bind this node from the watch of
+// them in place of what the read showed; otherwise, or when the view is
+// older than the watch or viewMaxAge, the queue read now from the API
+// server's cache. Both may lag: eligibility is only about fairness, and verify
 // reads the active claims consistently.
 func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 	var ps []claim.Participant

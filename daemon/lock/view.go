@@ -12,7 +12,8 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 )
 
-// queueView is the queue as this node last read it whole, kept up to date
+// queueView is the queue as this node last read it (readQueue: the
+// claims that bind it and the waiting ones ahead of it), kept up to date
 // between reads: the active claims come from a watch of them (near the
 // front) or a read of them (far back), the nodes seen active since the
 // read are known to have left their place, and the nodes ahead that the

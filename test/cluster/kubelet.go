@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -123,8 +124,12 @@ func (k *kubelet) run(ctx context.Context) {
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 
-	t := time.NewTicker(10 * time.Second)
-	defer t.Stop()
+	// Every 10 s, from a moment of its own after the first: kubelets
+	// started at different times renew at different moments, and stand-ins
+	// started together renewed in the same second, so that a second of a
+	// roll between two such bursts saw no heartbeat at all.
+	const every = 10 * time.Second
+	next := rand.N(every)
 	for {
 		if err := k.h.recordHeartbeat(ctx, "lease", k.renewLease); err != nil && ctx.Err() == nil {
 			k.h.cp.logf("host %s: lease: %v", k.h.Name, err)
@@ -132,8 +137,9 @@ func (k *kubelet) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(next):
 		}
+		next = every
 	}
 }
 

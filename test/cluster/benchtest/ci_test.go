@@ -55,8 +55,8 @@ func TestRollCI(t *testing.T) {
 }
 
 // TestFarBackCI: 80 nodes one at a time, so that 64 of them wait behind
-// the window (16) that watches. A node far back reads the whole queue when
-// it joins, then watches one node, the mark, until it leaves, and then
+// the window (16) that watches. A node far back reads the queue ahead of
+// it when it joins, then watches one node, the mark, until it leaves, and then
 // reads the queue again and watches the claims that bind it. Reading the
 // queue on each of its paced wake-ups instead, as it did before, made 7.0
 // Lists per node here, and more the longer the queue. The other Lists are
@@ -67,12 +67,12 @@ func TestFarBackCI(t *testing.T) {
 	c := rollCase{Nodes: 80, K: 1, Zones: 3, Hold: half, Down: half}
 	r := roll(t, c, slotLock)
 	lists := float64(r.ByVerb["list"]) / float64(c.Nodes)
-	t.Logf("N=80 k=1: makespan %.2fs, ratio %.3f, %.1f reads of the whole queue per node, %.1f Lists in all, by verb %v, received %.1f MB",
+	t.Logf("N=80 k=1: makespan %.2fs, ratio %.3f, %.1f reads of the queue per node, %.1f Lists in all, by verb %v, received %.1f MB",
 		r.Makespan, r.Ratio, r.QueueReadsPerNode, lists, r.ByVerb, r.ReceivedMB)
 	if r.Unfinished != "" {
 		t.Fatal(r.Unfinished)
 	}
 	if r.QueueReadsPerNode > 3 {
-		t.Errorf("%.1f reads of the whole queue per node, want ≤ 3 (%v)", r.QueueReadsPerNode, r.ByVerb)
+		t.Errorf("%.1f reads of the queue per node, want ≤ 3 (%v)", r.QueueReadsPerNode, r.ByVerb)
 	}
 }

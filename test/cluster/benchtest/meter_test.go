@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"path"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+
+	"github.com/kured-host/kured-host/daemon/claim"
 )
 
 // meter counts what a strategy's clients receive: the bytes of every
@@ -55,6 +58,10 @@ func (m *meter) kind(k string) *atomic.Int64 {
 
 // kindOf names a request by what it asks for: the verb as the audit log
 // has it, one Node or many, whole or metadata only, and the selectors.
+// placeValue is the value in a selector of the waiting claims ahead of a
+// place (claim.AheadSelector).
+var placeValue = regexp.MustCompile(`(` + regexp.QuoteMeta(claim.SinceLabel) + `[<>])[0-9]+`)
+
 func kindOf(r *http.Request) string {
 	q := r.URL.Query()
 	verb := strings.ToLower(r.Method)
@@ -72,7 +79,8 @@ func kindOf(r *http.Request) string {
 		what += " (metadata)"
 	}
 	if v := q.Get("labelSelector"); v != "" {
-		what += " label=" + v
+		// Not each node's place: one kind.
+		what += " label=" + placeValue.ReplaceAllString(v, "$1…")
 	}
 	if v := q.Get("fieldSelector"); v != "" {
 		what += " field=" + strings.SplitN(v, "=", 2)[0] // not the name: one kind

@@ -40,7 +40,7 @@ func writeTable(w io.Writer, rows []result) {
 		for _, v := range slices.Sorted(maps.Keys(r.ByVerb)) {
 			parts = append(parts, fmt.Sprintf("%s %d (%d/s)", v, r.ByVerb[v], r.PeakByVerb[v]))
 		}
-		fmt.Fprintf(w, "- N=%d, k=%d, %s: %s; %.1f reads of the whole queue per node; %d conflicts, %d throttled\n", r.Nodes, r.Concurrency, label(r), strings.Join(parts, ", "), r.QueueReadsPerNode, r.Conflicts, r.Throttled)
+		fmt.Fprintf(w, "- N=%d, k=%d, %s: %s; %.1f reads of the queue per node; %d conflicts, %d throttled\n", r.Nodes, r.Concurrency, label(r), strings.Join(parts, ", "), r.QueueReadsPerNode, r.Conflicts, r.Throttled)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Kubelet heartbeats (Lease renewals, status reports), p50 / p99 (count): idle; the whole roll; the roll's busiest second:")

@@ -107,9 +107,10 @@ type result struct {
 	ByVerb         map[string]int `json:"byVerb"`
 	PeakByVerb     map[string]int `json:"peakPerSecondByVerb"`
 	ReadsPerNode   float64        `json:"readsPerNode"`
-	// QueueReadsPerNode are the Lists of every claimed node (label
-	// selector kured-host.dev/claim alone): the reads whose size is the
-	// queue's.
+	// QueueReadsPerNode are the Lists of the queue: of every claimed
+	// node (label selector kured-host.dev/claim alone), or of the waiting
+	// claims ahead of a place (claim.AheadSelector): the reads whose size
+	// grows with the queue.
 	QueueReadsPerNode float64 `json:"queueReadsPerNode"`
 	// Unfinished says how far a roll got that did not finish in time.
 	Unfinished string `json:"unfinished,omitempty"`
@@ -459,13 +460,18 @@ func measure(c rollCase, strategy string, start, end time.Time, slots []slot, re
 	return r
 }
 
-// queueRead is a List of every claimed node.
+// queueRead is a List of every claimed node, or of the waiting claims
+// ahead of a place.
 func queueRead(r cluster.Request) bool {
 	if r.Verb != "list" {
 		return false
 	}
 	u, err := url.Parse(r.URI)
-	return err == nil && u.Query().Get("labelSelector") == claim.Label
+	if err != nil {
+		return false
+	}
+	sel := u.Query().Get("labelSelector")
+	return sel == claim.Label || strings.HasPrefix(sel, claim.SinceLabel+"<")
 }
 
 // heartbeats adds the stand-ins' heartbeat figures to r: idle, during

@@ -214,13 +214,13 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 		nodes = s.nodesAt(rv)
 	default:
 		for _, obj := range s.current("nodes") {
-			nodes = append(nodes, obj.(*corev1.Node).DeepCopy())
+			nodes = append(nodes, obj.(*corev1.Node))
 		}
 	}
 	list := &corev1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)}}
 	for _, n := range nodes {
 		if match(n) {
-			list.Items = append(list.Items, *n)
+			list.Items = append(list.Items, *n.DeepCopy())
 		}
 	}
 	// A first page, as the API server serves it: with no selector, it

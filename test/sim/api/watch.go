@@ -146,7 +146,8 @@ func (w *watcher) sendBookmark() {
 func (s *Store) publish(c change) {
 	s.log = append(s.log, c)
 	if len(s.log) > s.window {
-		s.log = slices.Delete(s.log, 0, len(s.log)-s.window)
+		// Resliced, not shifted: append reallocates now and then.
+		s.log = s.log[len(s.log)-s.window:]
 	}
 	for w := range s.watchers {
 		if w.resource == c.resource {
