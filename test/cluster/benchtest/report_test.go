@@ -1,6 +1,7 @@
 package benchtest
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,6 +42,18 @@ func writeTable(w io.Writer, rows []result) {
 			parts = append(parts, fmt.Sprintf("%s %d (%d/s)", v, r.ByVerb[v], r.PeakByVerb[v]))
 		}
 		fmt.Fprintf(w, "- N=%d, k=%d, %s: %s; %.1f reads of the queue per node; %d conflicts, %d throttled\n", r.Nodes, r.Concurrency, label(r), strings.Join(parts, ", "), r.QueueReadsPerNode, r.Conflicts, r.Throttled)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "The busiest second (seconds after the first sentinel): its requests by kind, most first:")
+	for _, r := range rows {
+		kinds := slices.SortedFunc(maps.Keys(r.BusiestSecond), func(a, b string) int {
+			return cmp.Or(cmp.Compare(r.BusiestSecond[b], r.BusiestSecond[a]), strings.Compare(a, b))
+		})
+		var parts []string
+		for _, k := range kinds {
+			parts = append(parts, fmt.Sprintf("%s %d", k, r.BusiestSecond[k]))
+		}
+		fmt.Fprintf(w, "- N=%d, k=%d, %s: at %.1f s: %s\n", r.Nodes, r.Concurrency, label(r), r.BusiestSecondAfter, strings.Join(parts, "; "))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Kubelet heartbeats (Lease renewals, status reports), p50 / p99 (count): idle; the whole roll; the roll's busiest second:")

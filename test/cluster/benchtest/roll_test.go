@@ -106,6 +106,11 @@ type result struct {
 	PeakPerSecond  int            `json:"peakPerSecond"`
 	ByVerb         map[string]int `json:"byVerb"`
 	PeakByVerb     map[string]int `json:"peakPerSecondByVerb"`
+	// BusiestSecond is what the strategy asked in its busiest second
+	// (PeakPerSecond), by verb and selector, and when that second began
+	// after the first sentinel.
+	BusiestSecond      map[string]int `json:"busiestSecondByKind"`
+	BusiestSecondAfter float64        `json:"busiestSecondAfterSeconds"`
 	ReadsPerNode   float64        `json:"readsPerNode"`
 	// QueueReadsPerNode are the Lists of the queue: of every claimed
 	// node (label selector kured-host.dev/claim alone), or of the waiting
@@ -438,7 +443,12 @@ func measure(c rollCase, strategy string, start, end time.Time, slots []slot, re
 		r.ReceivedByKind[k] = float64(b) / 1e6
 	}
 	r.Ratio = r.Makespan / r.Ideal
-	r.PeakPerSecond, _ = reqs.PeakPerSecond()
+	var busiest time.Time
+	r.PeakPerSecond, busiest = reqs.PeakPerSecond()
+	r.BusiestSecond = reqs.Where(func(x cluster.Request) bool {
+		return !x.Time.Before(busiest) && x.Time.Before(busiest.Add(time.Second))
+	}).Count(requestKind)
+	r.BusiestSecondAfter = busiest.Sub(start).Seconds()
 	for verb := range r.ByVerb {
 		r.PeakByVerb[verb], _ = reqs.Where(func(x cluster.Request) bool { return x.Verb == verb }).PeakPerSecond()
 	}
@@ -458,6 +468,28 @@ func measure(c rollCase, strategy string, start, end time.Time, slots []slot, re
 	p50, p99 := handoffs(slots)
 	r.HandoffP50, r.HandoffP99 = p50.Seconds(), p99.Seconds()
 	return r
+}
+
+// requestKind is a request's verb and selectors, one kind whatever the
+// place a selector names (as the meter's kindOf).
+func requestKind(r cluster.Request) string {
+	k := r.Verb + " " + r.Resource
+	if r.Subresource != "" {
+		k += "/" + r.Subresource
+	}
+	if u, err := url.Parse(r.URI); err == nil {
+		q := u.Query()
+		if v := q.Get("labelSelector"); v != "" {
+			k += " label=" + placeValue.ReplaceAllString(v, "$1…")
+		}
+		if v := q.Get("fieldSelector"); v != "" {
+			k += " field=" + strings.SplitN(v, "=", 2)[0]
+		}
+		if q.Get("limit") != "" {
+			k += " limit"
+		}
+	}
+	return k
 }
 
 // queueRead is a List of every claimed node, or of the waiting claims
