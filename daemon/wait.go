@@ -234,6 +234,12 @@ func (d *Daemon) reportPaused(ctx context.Context, log *slog.Logger, blocked []b
 // showQueue tells the operator where the node is in the queue, and why.
 func (d *Daemon) showQueue(st lock.Status) {
 	switch {
+	case st.State == claim.Waiting && st.Far:
+		// The lock reads only the nearest nodes ahead: at least that
+		// many are ahead.
+		d.setStateMetric("waiting")
+		d.setQueuePositionMetric(st.Position)
+		d.setManagerStatus(fmt.Sprintf("waiting for a reboot slot: more than %d ahead (%s)", st.Position, st.Reason))
 	case st.State == claim.Waiting && st.Position >= 0:
 		d.setStateMetric("waiting")
 		d.setQueuePositionMetric(st.Position)

@@ -253,7 +253,7 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	if view != nil && l.o.Now().Sub(view.at) < viewMaxAge {
 		nodes, _, err = l.listBinding(ctx, cur.claim.Limits, true)
 	} else {
-		nodes, err = l.readQueue(ctx, true)
+		nodes, _, err = l.readQueue(ctx, true, 0)
 		view = nil
 	}
 	if err != nil {

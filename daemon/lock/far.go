@@ -26,7 +26,10 @@ import (
 // passed over, stays), or, while the pace is not known, after a minute:
 // the read when the mark leaves measures the pace over the whole wait,
 // where reads every few seconds from the start measured a start slowed by
-// every node joining at once (and made it slower).
+// every node joining at once (and made it slower). How far the queue has
+// to go, ahead, is the distance of the mark from the front in
+// milliseconds of places (frontDistance; 0: not known): a node far back
+// reads only the nodes nearest ahead of it, not how many are ahead.
 func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time, snap []claim.Participant) (left, room bool, err error) {
 	d := far.next(ahead, read)
 	l.log.Debug("far back in the queue", "ahead", ahead, "mark", mark.name, "next_read_in", d)
@@ -44,7 +47,7 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 	view := newQueueView(snap, l.o.Now())
 	var roomAt time.Time
 	timeout := time.Minute
-	if far.perPosition > 0 {
+	if far.perPosition > 0 && ahead > 0 {
 		timeout = farBounds(far.eta(ahead))
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
@@ -192,16 +195,17 @@ const minWindow = 16
 // spaces the reads when the mark cannot be watched: while the queue has
 // not been seen to move, doubling from 2 s up to a minute; then a quarter
 // of the time it needs to reach the window at that pace. Between 1 s and
-// 30 min.
+// 30 min. Its distances are in milliseconds of places (frontDistance); 0
+// is not known.
 type farPace struct {
 	ahead       int
 	at          time.Time
 	interval    time.Duration
-	perPosition time.Duration // fastest seen; 0 until the queue moved
+	perPosition time.Duration // fastest seen, per millisecond of places; 0 until the queue moved
 }
 
 func (f *farPace) next(ahead int, now time.Time) time.Duration {
-	if !f.at.IsZero() && f.ahead > ahead && now.After(f.at) {
+	if ahead > 0 && !f.at.IsZero() && f.ahead > ahead && now.After(f.at) {
 		p := now.Sub(f.at) / time.Duration(f.ahead-ahead)
 		if f.perPosition == 0 || p < f.perPosition {
 			f.perPosition = p
@@ -209,7 +213,7 @@ func (f *farPace) next(ahead int, now time.Time) time.Duration {
 	}
 	var d time.Duration
 	switch {
-	case f.perPosition > 0:
+	case f.perPosition > 0 && ahead > 0:
 		d = f.eta(ahead) / 4
 	case f.interval == 0:
 		d = 2 * time.Second
@@ -217,7 +221,10 @@ func (f *farPace) next(ahead int, now time.Time) time.Duration {
 		d = min(2*f.interval, time.Minute)
 	}
 	d = farBounds(d)
-	f.ahead, f.at, f.interval = ahead, now, d
+	if ahead > 0 {
+		f.ahead, f.at = ahead, now
+	}
+	f.interval = d
 	return d
 }
 

@@ -124,6 +124,10 @@ type Lock struct {
 type Status struct {
 	State    claim.State
 	Position int    // place among the waiting nodes, from 0; -1 when not waiting
+	// Far: far back in a long queue, where only the nearest waiting
+	// nodes ahead are read; Position is then how many of them, fewer than
+	// are ahead.
+	Far bool
 	Reason   string // why it is not yet taking a slot
 }
 

@@ -242,7 +242,7 @@ func TestForgedFutureHolder(t *testing.T) {
 					t.Errorf("alarm %+v", a)
 				}
 			}
-			snap, err := l.snapshot(ctx)
+			snap, _, err := l.snapshot(ctx, false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,8 +21,11 @@ import (
 // older than the watch or viewMaxAge, the queue read now from the API
 // server's cache. Both may lag: eligibility is only about fairness, and verify
 // reads the active claims consistently.
-func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
-	var ps []claim.Participant
+//
+// Without whole, far back in a long queue it reads only the waiting
+// claims nearest ahead (readQueue) and reports partial: the queue then
+// cannot say whether this node is admitted, only which node it waits for.
+func (l *Lock) snapshot(ctx context.Context, whole bool) (ps []claim.Participant, partial bool, err error) {
 	own := l.current().claim.Limits
 	if w := l.watching(); w != nil && w.own != claim.LimitsDigest(own) {
 		l.stopWatch() // this node's limits changed: other claims bind it
@@ -37,18 +41,24 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 			// selects are few: read them.
 			var err error
 			if binding, _, err = l.listBinding(ctx, own, false); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 		ps = v.withRead(l.bindingParticipants(binding), own)
 		l.rereadDistrusted(ctx, v, false)
 	} else {
-		nodes, err := l.readQueue(ctx, false)
-		if err != nil {
-			return nil, err
+		near := l.window()
+		if whole {
+			near = 0
 		}
-		ps = l.claims.participants(nodes)
-		l.setView(newQueueView(ps, l.o.Now()))
+		nodes, part, err := l.readQueue(ctx, false, near)
+		if err != nil {
+			return nil, false, err
+		}
+		ps, partial = l.claims.participants(nodes), part
+		if !partial {
+			l.setView(newQueueView(ps, l.o.Now()))
+		}
 	}
 	ps = l.distrust(l.applyReadiness(ps))
 	cur := l.current()
@@ -56,7 +66,7 @@ func (l *Lock) snapshot(ctx context.Context) ([]claim.Participant, error) {
 	if cur.state != "" {
 		ps = append(ps, claim.Participant{Name: l.o.Node, Labels: cur.labels, Ready: true, Claim: cur.claim})
 	}
-	return ps, nil
+	return ps, partial, nil
 }
 
 // bindingParticipants parses the claims read by listBinding, apart
@@ -75,7 +85,12 @@ func (l *Lock) bindingParticipants(nodes []*corev1.Node) []claim.Participant {
 // was a response the size of the queue, N² bytes over a roll of N nodes
 // each reading it once or twice. Without a place (this node's claim is
 // not waiting or entering) it reads every claimed node.
-func (l *Lock) readQueue(ctx context.Context, consistent bool) ([]*corev1.Node, error) {
+//
+// With near > 0 and more than near waiting claims ahead, it reads only
+// the nearest of them, at least near (readNearest), and reports partial:
+// a node far back needs only the one it waits for (the mark), and the
+// rest cost each of the hundreds of nodes behind them a read.
+func (l *Lock) readQueue(ctx context.Context, consistent bool, near int) (nodes []*corev1.Node, partial bool, err error) {
 	cur := l.current()
 	rv := "0"
 	if consistent {
@@ -83,24 +98,81 @@ func (l *Lock) readQueue(ctx context.Context, consistent bool) ([]*corev1.Node, 
 	}
 	if cur.err != nil || cur.claim.Since.IsZero() || (cur.state != claim.Waiting && cur.state != claim.Entering) {
 		nodes, _, err := l.listNodes(ctx, claim.Label, rv, "")
-		return nodes, err
+		return nodes, false, err
 	}
 	binding, at, err := l.listBinding(ctx, cur.claim.Limits, consistent)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	ahead, _, err := l.listNodes(ctx, claim.AheadSelector(cur.claim.Since), at, metav1.ResourceVersionMatchExact)
+	var limit int64
+	if near > 0 {
+		limit = int64(near) + 1 // this node is among them (level with itself)
+	}
+	ahead, more, err := l.listPage(ctx, claim.AheadSelector(cur.claim.Since), at, limit)
 	if err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	if near > 0 && more {
+		if ahead, err = l.readNearest(ctx, cur.claim.Since, at, near, ahead); err != nil {
+			return nil, false, err
+		}
 	}
 	// A waiting claim ahead that publishes other limits is in both.
-	nodes := binding
+	nodes = binding
 	for _, n := range ahead {
 		if !slices.ContainsFunc(binding, func(b *corev1.Node) bool { return b.Name == n.Name }) {
 			nodes = append(nodes, n)
 		}
 	}
-	return nodes, nil
+	return nodes, near > 0 && more, nil
+}
+
+// readNearest reads, at resourceVersion at, the waiting claims nearest
+// ahead of a place since, at least near of them besides this node's own:
+// spans of places back from since, each reaching 4 times further than the
+// last, the first a sixteenth of the way to the furthest place of sample
+// (a page of the claims ahead, in the order of their names: a sample of
+// the queue ahead) and at least a second. It is called only when more
+// than near are ahead.
+func (l *Lock) readNearest(ctx context.Context, since time.Time, at string, near int, sample []*corev1.Node) ([]*corev1.Node, error) {
+	hi := since.UnixMilli() + 1 // the places read are below hi
+	span := int64(time.Second / time.Millisecond)
+	for _, n := range sample {
+		if v, err := strconv.ParseInt(n.Labels[claim.SinceLabel], 10, 64); err == nil && v > 0 && v < hi {
+			span = max(span, (hi-v)/16)
+		}
+	}
+	var got []*corev1.Node
+	for count := 0; count < near; span *= 4 {
+		lo := hi - span
+		sel := claim.SinceLabel + "<" + strconv.FormatInt(hi, 10)
+		if lo > 0 {
+			sel += "," + claim.SinceLabel + ">" + strconv.FormatInt(lo-1, 10)
+		}
+		page, _, err := l.listPage(ctx, sel, at, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range page {
+			if n.Name != l.o.Node {
+				count++
+			}
+		}
+		got = append(got, page...)
+		if lo <= 0 {
+			break // every place ahead read
+		}
+		hi = lo
+	}
+	return got, nil
+}
+
+// listPage lists, at resourceVersion at exactly, the Nodes selector
+// selects, at most limit of them (0: all), and reports whether there are
+// more.
+func (l *Lock) listPage(ctx context.Context, selector, at string, limit int64) ([]*corev1.Node, bool, error) {
+	opts := metav1.ListOptions{LabelSelector: selector, ResourceVersion: at, ResourceVersionMatch: metav1.ResourceVersionMatchExact, Limit: limit}
+	return l.list(ctx, opts)
 }
 
 // listActive lists the nodes whose claim takes a slot (activeSelector),
@@ -147,26 +219,43 @@ func otherLimitsSelector(own claim.Limits) string {
 // makes this node wait for the window, where it is read; an entering node
 // that verifies may give way to it, which is always safe.
 func (l *Lock) listNodes(ctx context.Context, selector, rv string, match metav1.ResourceVersionMatch) ([]*corev1.Node, string, error) {
-	opts := metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, ResourceVersionMatch: match}
+	var at string
+	nodes, _, err := l.listAt(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, ResourceVersionMatch: match}, &at)
+	return nodes, at, err
+}
+
+func (l *Lock) list(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Node, bool, error) {
+	return l.listAt(ctx, opts, nil)
+}
+
+// listAt is one List: the Nodes, whether more remain (a page), and the
+// List's resourceVersion in at (when not nil).
+func (l *Lock) listAt(ctx context.Context, opts metav1.ListOptions, at *string) ([]*corev1.Node, bool, error) {
 	var nodes []*corev1.Node
 	if l.o.Metadata == nil {
 		list, err := l.o.Client.CoreV1().Nodes().List(ctx, opts)
 		if err != nil {
-			return nil, "", fmt.Errorf("list claimed nodes: %w", err)
+			return nil, false, fmt.Errorf("list claimed nodes: %w", err)
 		}
 		for i := range list.Items {
 			nodes = append(nodes, &list.Items[i])
 		}
-		return nodes, list.ResourceVersion, nil
+		if at != nil {
+			*at = list.ResourceVersion
+		}
+		return nodes, list.Continue != "", nil
 	}
 	list, err := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes")).List(ctx, opts)
 	if err != nil {
-		return nil, "", fmt.Errorf("list claimed nodes: %w", err)
+		return nil, false, fmt.Errorf("list claimed nodes: %w", err)
 	}
 	for i := range list.Items {
 		nodes = append(nodes, queueNode(list.Items[i].ObjectMeta, corev1.ConditionTrue))
 	}
-	return nodes, list.ResourceVersion, nil
+	if at != nil {
+		*at = list.ResourceVersion
+	}
+	return nodes, list.Continue != "", nil
 }
 
 // Participants turns Nodes into the rules' view of them, as another node's
@@ -260,49 +349,62 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 	var far farPace
 	eager := false
 	for {
-		snap, err := l.snapshot(ctx)
+		snap, partial, err := l.snapshot(ctx, eager)
 		if err != nil {
 			return err
 		}
-		now, server := l.o.Now(), l.o.ServerNow()
-		q := claim.EligibilityUpTo(snap, server, l.o.TTL, l.silent(now), l.o.Node)
-		l.noteEligible(q, now)
-		l.raiseAlarms(ctx, snap, server)
-		if q.Eligible(l.o.Node) {
-			return nil
-		}
-		read, probeIn := l.probeAhead(ctx, q, now, eager)
-		eager = false
-		if read {
-			continue // a node ahead read as it is now
-		}
-		reason := q.Blocked[l.o.Node]
-		if reason == "" {
-			reason = "waiting for the nodes ahead"
-		}
-		pos := q.Position(l.o.Node)
-		l.setStatus(Status{State: claim.Waiting, Position: pos, Reason: reason})
-		if l.current().state != claim.Waiting {
-			return nil
-		}
-		// Far back counts only the waiting nodes ahead that are not
-		// passed over (NotReady, silent): a front of dead nodes must not
-		// keep every other node far back.
+		now := l.o.Now()
 		var counted []string
-		for _, n := range q.Waiting[:max(pos, 0)] {
-			if _, skipped := q.Skipped[n]; !skipped {
-				counted = append(counted, n)
+		if partial {
+			// More than the window ahead, of which only the nearest
+			// were read: the node waits for the mark among them.
+			eager = false
+			counted = nearestAhead(snap, l.o.Node)
+			l.setStatus(Status{State: claim.Waiting, Position: len(counted), Far: true, Reason: "far back in the queue"})
+			if l.current().state != claim.Waiting {
+				return nil
+			}
+		} else {
+			var done bool
+			var probeIn time.Duration
+			if counted, probeIn, done, err = l.look(ctx, snap, now, &eager); err != nil || done {
+				return err
+			}
+			if probeIn < 0 {
+				continue // a node ahead read as it is now
+			}
+			if len(counted) < l.window() {
+				if l.watching() == nil {
+					if err := l.ensureWatch(ctx); err != nil {
+						return err
+					}
+					continue // look again from the fresh cache
+				}
+				// Re-check at least now and then: the grace for silent
+				// nodes and the alarms are about time, not changes; and
+				// when the readiness of a node ahead is due to be read.
+				wait := l.jitter(min(l.o.WaitingGrace/4, 15*time.Second) + time.Second)
+				for _, due := range []time.Duration{probeIn, l.currentView().rereadIn(now)} {
+					if due > 0 {
+						wait = min(wait, due)
+					}
+				}
+				if err := l.waitChange(ctx, wait); err != nil {
+					return err
+				}
+				continue
 			}
 		}
-		if window := l.window(); len(counted) >= window {
+		{
+			window := l.window()
 			l.stopWatch()
-			ahead := len(counted) - window + 1
-			left, room, err := l.waitFar(ctx, &far, ahead, markOf(snap, counted[len(counted)-window]), now, snap)
+			mark := markOf(snap, counted[len(counted)-window])
+			left, room, err := l.waitFar(ctx, &far, frontDistance(snap, mark), mark, now, snap)
 			if err != nil {
 				return err
 			}
-			// A slot left free: the nodes ahead that the queue lets go
-			// are read at once.
+			// A slot left free: the whole queue ahead is read, and the
+			// nodes ahead that it lets go at once.
 			eager = room
 			if left {
 				// Most likely within the window now, where it
@@ -311,27 +413,78 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 					return err
 				}
 			}
-			continue
-		}
-		if l.watching() == nil {
-			if err := l.ensureWatch(ctx); err != nil {
-				return err
-			}
-			continue // look again from the fresh cache
-		}
-		// Re-check at least now and then: the grace for silent nodes
-		// and the alarms are about time, not changes; and when the
-		// readiness of a node ahead is due to be read.
-		wait := l.jitter(min(l.o.WaitingGrace/4, 15*time.Second) + time.Second)
-		for _, due := range []time.Duration{probeIn, l.currentView().rereadIn(now)} {
-			if due > 0 {
-				wait = min(wait, due)
-			}
-		}
-		if err := l.waitChange(ctx, wait); err != nil {
-			return err
 		}
 	}
+}
+
+// look decides from a snapshot of the whole queue ahead: done when this
+// node is admitted (or no longer waiting); else the waiting nodes ahead
+// that are not passed over, and when a node ahead is due to be read
+// (negative: one was read now, look again).
+func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time, eager *bool) (counted []string, probeIn time.Duration, done bool, err error) {
+	server := l.o.ServerNow()
+	q := claim.EligibilityUpTo(snap, server, l.o.TTL, l.silent(now), l.o.Node)
+	l.noteEligible(q, now)
+	l.raiseAlarms(ctx, snap, server)
+	if q.Eligible(l.o.Node) {
+		return nil, 0, true, nil
+	}
+	read, probeIn := l.probeAhead(ctx, q, now, *eager)
+	*eager = false
+	if read {
+		return nil, -1, false, nil
+	}
+	reason := q.Blocked[l.o.Node]
+	if reason == "" {
+		reason = "waiting for the nodes ahead"
+	}
+	pos := q.Position(l.o.Node)
+	l.setStatus(Status{State: claim.Waiting, Position: pos, Reason: reason})
+	if l.current().state != claim.Waiting {
+		return nil, 0, true, nil
+	}
+	// Far back counts only the waiting nodes ahead that are not passed
+	// over (NotReady, silent): a front of dead nodes must not keep every
+	// other node far back.
+	for _, n := range q.Waiting[:max(pos, 0)] {
+		if _, skipped := q.Skipped[n]; !skipped {
+			counted = append(counted, n)
+		}
+	}
+	return counted, probeIn, false, nil
+}
+
+// nearestAhead are the waiting claims of a partial snapshot other than
+// self's, in queue order: the nearest ahead of self.
+func nearestAhead(snap []claim.Participant, self string) []string {
+	var ahead []claim.Participant
+	for _, p := range snap {
+		if p.Name != self && p.Err == nil && p.Claim.State == claim.Waiting {
+			ahead = append(ahead, p)
+		}
+	}
+	slices.SortFunc(ahead, claim.QueueOrder)
+	names := make([]string, len(ahead))
+	for i, p := range ahead {
+		names[i] = p.Name
+	}
+	return names
+}
+
+// frontDistance is how far, in milliseconds of places, the mark is from
+// the front of the queue: from the latest place among the active claims
+// (the nodes the queue let go last). 0 when there is none.
+func frontDistance(snap []claim.Participant, mark participantMark) int {
+	var front time.Time
+	for _, p := range snap {
+		if p.Err == nil && p.Claim.State.Active() && p.Claim.Since.After(front) {
+			front = p.Claim.Since
+		}
+	}
+	if front.IsZero() || !mark.since.After(front) {
+		return 0
+	}
+	return int(mark.since.Sub(front) / time.Millisecond)
 }
 
 // silent reports waiting nodes that have been eligible (in this daemon's
