@@ -26,10 +26,11 @@ import (
 // passed over, stays), or, while the pace is not known, after a minute:
 // the read when the mark leaves measures the pace over the whole wait,
 // where reads every few seconds from the start measured a start slowed by
-// every node joining at once (and made it slower). How far the queue has
-// to go, ahead, is the distance of the mark from the front in
-// milliseconds of places (frontDistance; 0: not known): a node far back
-// reads only the nodes nearest ahead of it, not how many are ahead.
+// every node joining at once (and made it slower). ahead is how many
+// places the mark has to go, 0 when not known: far back in a long queue a
+// node reads only the nodes nearest ahead of it (readQueue); it then reads
+// again when the mark leaves, when the active claims leave room, or after
+// a minute.
 func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark participantMark, read time.Time, snap []claim.Participant) (left, room bool, err error) {
 	d := far.next(ahead, read)
 	l.log.Debug("far back in the queue", "ahead", ahead, "mark", mark.name, "next_read_in", d)
@@ -41,11 +42,12 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 	// elsewhere is this node's to take. The active claims are few: they
 	// are read now and then (farPoll); if they leave room for this node,
 	// and still do a moment later (a slot between two holders is taken
-	// within a second near the front), the queue is read.
-	// On the schedule of the last wait's reads, if any: a wait that
-	// ends (its time is up, the queue is read again) and starts the
+	// within a second near the front), the queue is read: on the schedule of the last wait's reads, if any: a wait that
+	// ends (its time is up, the queue is read again) and started the
 	// schedule afresh put 47 s between two reads (the simulator's seed
-	// 58), past the bound.
+	// 58), past the bound; and a room seen by the last wait's last read
+	// is confirmed by this one's first (a wait of a second, its time up,
+	// never saw the room twice: the regression L3).
 	pollIn := l.jitter(farPoll)
 	if !far.nextPoll.IsZero() {
 		pollIn = max(far.nextPoll.Sub(l.o.Now()), 0)
@@ -57,7 +59,6 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 		poll.Reset(d)
 	}
 	view := newQueueView(snap, l.o.Now())
-	var roomAt time.Time
 	timeout := time.Minute
 	if far.perPosition > 0 && ahead > 0 {
 		timeout = farBounds(far.eta(ahead))
@@ -81,20 +82,20 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 			return false, false, nil // the time is up: read the queue
 		case <-poll.C:
 			if !l.roomNow(ctx, view) {
-				roomAt = time.Time{}
+				far.roomAt = time.Time{}
 				schedule(l.jitter(farPoll))
 				continue
 			}
 			now := l.o.Now()
-			if !roomAt.IsZero() && now.Sub(roomAt) >= roomConfirm {
+			if !far.roomAt.IsZero() && now.Sub(far.roomAt) >= roomConfirm {
 				l.log.Debug("far back: a slot has stayed free; reading the queue")
 				// That read answers for this poll: the next comes
 				// on the usual schedule.
-				far.nextPoll = now.Add(l.jitter(farPoll))
+				far.nextPoll, far.roomAt = now.Add(l.jitter(farPoll)), time.Time{}
 				return true, true, nil
 			}
-			if roomAt.IsZero() {
-				roomAt = now
+			if far.roomAt.IsZero() {
+				far.roomAt = now
 			}
 			schedule(l.jitter(roomConfirm))
 		case ev, ok := <-w.ResultChan():
@@ -210,14 +211,15 @@ const minWindow = 16
 // spaces the reads when the mark cannot be watched: while the queue has
 // not been seen to move, doubling from 2 s up to a minute; then a quarter
 // of the time it needs to reach the window at that pace. Between 1 s and
-// 30 min. Its distances are in milliseconds of places (frontDistance); 0
-// is not known.
+// 30 min. A read that does not say how many are ahead (0) does not
+// measure.
 type farPace struct {
 	ahead       int
 	at          time.Time
 	interval    time.Duration
-	perPosition time.Duration // fastest seen, per millisecond of places; 0 until the queue moved
+	perPosition time.Duration // fastest seen; 0 until the queue moved
 	nextPoll    time.Time     // when the active claims are next read (waitFar)
+	roomAt      time.Time     // when they were first read to leave room, and have since
 }
 
 func (f *farPace) next(ahead int, now time.Time) time.Duration {

@@ -399,7 +399,13 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 			window := l.window()
 			l.stopWatch()
 			mark := markOf(snap, counted[len(counted)-window])
-			left, room, err := l.waitFar(ctx, &far, frontDistance(snap, mark), mark, now, snap)
+			// How many places the mark has to go; not known when only
+			// the nearest were read.
+			ahead := len(counted) - window + 1
+			if partial {
+				ahead = 0
+			}
+			left, room, err := l.waitFar(ctx, &far, ahead, mark, now, snap)
 			if err != nil {
 				return err
 			}
@@ -407,6 +413,7 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 			// nodes ahead that it lets go at once.
 			eager = room
 			if left {
+				far.roomAt = time.Time{}
 				// Most likely within the window now, where it
 				// watches: the watch's List is the read of the queue.
 				if err := l.ensureWatch(ctx); err != nil {
@@ -471,21 +478,6 @@ func nearestAhead(snap []claim.Participant, self string) []string {
 	return names
 }
 
-// frontDistance is how far, in milliseconds of places, the mark is from
-// the front of the queue: from the latest place among the active claims
-// (the nodes the queue let go last). 0 when there is none.
-func frontDistance(snap []claim.Participant, mark participantMark) int {
-	var front time.Time
-	for _, p := range snap {
-		if p.Err == nil && p.Claim.State.Active() && p.Claim.Since.After(front) {
-			front = p.Claim.Since
-		}
-	}
-	if front.IsZero() || !mark.since.After(front) {
-		return 0
-	}
-	return int(mark.since.Sub(front) / time.Millisecond)
-}
 
 // silent reports waiting nodes that have been eligible (in this daemon's
 // view) for longer than the grace without announcing.

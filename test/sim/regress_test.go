@@ -2,6 +2,8 @@ package sim
 
 import (
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -583,7 +585,11 @@ func TestRegressions(t *testing.T) {
 		for run := range runs {
 			t.Run(fmt.Sprintf("%s/%d", tt.name, run), func(t *testing.T) {
 				t.Parallel()
-				w, res := runScenario(t, tt.opts(), run)
+				o := tt.opts()
+				if os.Getenv("SIM_DEBUG") != "" {
+					o.LogLevel = slog.LevelDebug
+				}
+				w, res := runScenario(t, o, run)
 				if !tt.fired(w, res) {
 					t.Errorf("the scenario's fault never happened\n%s", strings.Join(res.Trace, "\n"))
 				}
