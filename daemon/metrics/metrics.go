@@ -71,7 +71,7 @@ func New() *Metrics {
 	}, []string{"state"})
 	m.QueuePosition = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "kured_host", Name: "queue_position",
-		Help: "Waiting nodes ahead of this one in the queue for a reboot slot; -1 when not waiting.",
+		Help: "Waiting nodes ahead of this one in the queue for a reboot slot (far back in a long queue, a lower bound: only the nearest are read); -1 when not waiting.",
 	})
 	// Waits and reboots are minutes to hours; drains seconds to an hour.
 	m.SlotWait = prometheus.NewHistogram(prometheus.HistogramOpts{

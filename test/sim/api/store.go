@@ -65,6 +65,7 @@ type Store struct {
 	// for Lists served from the lagging cache).
 	revisions []Revision
 	lastRev   map[string]int // node name -> index of its latest revision
+	names     []string       // the nodes' names, sorted; nil when to be made again
 	// log is every watchable change, in order, for watches that resume
 	// from a resourceVersion; entries older than window are dropped, and
 	// a watch from before them gets 410 Gone.
@@ -251,11 +252,15 @@ func (s *Store) putNode(name string, n *corev1.Node, who string) *corev1.Node {
 	s.lastRev[name] = len(s.revisions)
 	if n == nil {
 		delete(s.nodes, name)
+		s.names = nil
 		gone := old.DeepCopy()
 		gone.ResourceVersion = strconv.FormatUint(rv, 10)
 		rev.Node, rev.Deleted = gone, true
 	} else {
 		n.ResourceVersion = strconv.FormatUint(rv, 10)
+		if old == nil {
+			s.names = nil
+		}
 		s.nodes[name] = n
 		rev.Node = n.DeepCopy()
 	}
