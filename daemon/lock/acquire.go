@@ -38,6 +38,9 @@ func (l *Lock) Join(ctx context.Context) error {
 		_, err := l.write(ctx, claim.Waiting, c)
 		if err == nil {
 			l.log.Info("joined the queue for a reboot slot")
+			// For the next join: the count was read at start-up, and
+			// the cluster may have grown since. Paced with this join.
+			l.countNodes(ctx)
 			return nil
 		}
 		if err := l.reread(ctx, err); err != nil {
@@ -55,13 +58,17 @@ const (
 )
 
 // paceJoin waits a random time up to the cluster's node count / joinRate.
-// The count is one small consistent read (a List of one Node's metadata:
-// the API server says how many remain); if it fails, the node joins now.
+// The count is the one read at start-up or after the last join, or read
+// now (one small consistent read) if there is none; if that fails, the
+// node joins now.
 func (l *Lock) paceJoin(ctx context.Context) error {
-	n, err := l.clusterSize(ctx)
-	if err != nil {
-		l.log.Debug("cannot count the cluster's nodes; joining now", "err", err)
-		return nil
+	l.mu.Lock()
+	n := l.nodes
+	l.mu.Unlock()
+	if n == 0 {
+		if n = l.countNodes(ctx); n == 0 {
+			return nil
+		}
 	}
 	spread := min(time.Duration(n)*time.Second/joinRate, joinSpreadMax)
 	if spread <= 0 {
@@ -74,7 +81,22 @@ func (l *Lock) paceJoin(ctx context.Context) error {
 	return sleep(ctx, d)
 }
 
-// clusterSize counts the cluster's Nodes.
+// countNodes reads the cluster's node count and keeps it for paceJoin; 0
+// if the read fails (logged: it only paces).
+func (l *Lock) countNodes(ctx context.Context) int {
+	n, err := l.clusterSize(ctx)
+	if err != nil {
+		l.log.Debug("cannot count the cluster's nodes", "err", err)
+		return 0
+	}
+	l.mu.Lock()
+	l.nodes = n
+	l.mu.Unlock()
+	return n
+}
+
+// clusterSize counts the cluster's Nodes: a List of one Node's metadata,
+// consistent (the API server says how many remain).
 func (l *Lock) clusterSize(ctx context.Context) (int, error) {
 	opts := metav1.ListOptions{Limit: 1}
 	if l.o.Metadata == nil {
