@@ -347,9 +347,10 @@ func nodeReady(n *corev1.Node) bool { return readyStatus(n) == corev1.ConditionT
 // then (farPace), a few times per wait however long the queue.
 func (l *Lock) waitEligible(ctx context.Context) error {
 	var far farPace
-	eager := false
+	eager, whole := false, false
 	for {
-		snap, partial, err := l.snapshot(ctx, eager)
+		snap, partial, err := l.snapshot(ctx, eager || whole)
+		whole = false
 		if err != nil {
 			return err
 		}
@@ -359,7 +360,12 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 			// More than the window ahead, of which only the nearest
 			// were read: the node waits for the mark among them.
 			eager = false
-			counted = nearestAhead(snap, l.o.Node)
+			if counted = nearestAhead(snap, l.o.Node); len(counted) < l.window() {
+				// Fewer that make a window (some cannot be read, or
+				// are not waiting): read the whole queue ahead.
+				whole = true
+				continue
+			}
 			l.setStatus(Status{State: claim.Waiting, Position: len(counted), Far: true, Reason: "far back in the queue"})
 			if l.current().state != claim.Waiting {
 				return nil
