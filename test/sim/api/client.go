@@ -14,6 +14,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -213,7 +214,11 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 		rv = s.cacheRV(s.Faults.CacheLag(r))
 		nodes = s.nodesAt(rv)
 	default:
-		for _, obj := range s.current("nodes") {
+		ls, err := labels.Parse(o.LabelSelector)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+		for _, obj := range s.candidates(ls) {
 			nodes = append(nodes, obj.(*corev1.Node))
 		}
 	}

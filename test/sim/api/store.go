@@ -21,6 +21,9 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +69,10 @@ type Store struct {
 	revisions []Revision
 	lastRev   map[string]int // node name -> index of its latest revision
 	names     []string       // the nodes' names, sorted; nil when to be made again
+	// byLabel indexes the nodes by label: key -> value -> names, so that
+	// a List or a watch by the claim labels does not go through every
+	// node of a large cluster.
+	byLabel map[string]map[string]map[string]struct{}
 	// log is every watchable change, in order, for watches that resume
 	// from a resourceVersion; entries older than window are dropped, and
 	// a watch from before them gets 410 Gone.
@@ -93,6 +100,16 @@ type change struct {
 	rv       uint64
 	resource string
 	old, new any // *corev1.Node or *corev1.Pod; nil when absent
+}
+
+// name is the changed object's name.
+func (c change) name() string {
+	for _, o := range []any{c.new, c.old} {
+		if m, ok := o.(metav1.Object); ok {
+			return m.GetName()
+		}
+	}
+	return ""
 }
 
 // NewStore is an empty cluster.
@@ -253,6 +270,7 @@ func (s *Store) putNode(name string, n *corev1.Node, who string) *corev1.Node {
 	if n == nil {
 		delete(s.nodes, name)
 		s.names = nil
+		s.index(name, old.Labels, nil)
 		gone := old.DeepCopy()
 		gone.ResourceVersion = strconv.FormatUint(rv, 10)
 		rev.Node, rev.Deleted = gone, true
@@ -260,6 +278,9 @@ func (s *Store) putNode(name string, n *corev1.Node, who string) *corev1.Node {
 		n.ResourceVersion = strconv.FormatUint(rv, 10)
 		if old == nil {
 			s.names = nil
+			s.index(name, nil, n.Labels)
+		} else {
+			s.index(name, old.Labels, n.Labels)
 		}
 		s.nodes[name] = n
 		rev.Node = n.DeepCopy()
@@ -430,4 +451,74 @@ func (s *Store) authorizeNodeWrite(who, name, verb string) error {
 		return nil
 	}
 	return s.deny(who, verb+" node "+name)
+}
+
+// index moves node name in byLabel from its labels was to is. s.mu is
+// held.
+func (s *Store) index(name string, was, is map[string]string) {
+	if s.byLabel == nil {
+		s.byLabel = map[string]map[string]map[string]struct{}{}
+	}
+	for k, v := range was {
+		if nv, ok := is[k]; ok && nv == v {
+			continue
+		}
+		delete(s.byLabel[k][v], name)
+	}
+	for k, v := range is {
+		if ov, ok := was[k]; ok && ov == v {
+			continue
+		}
+		if s.byLabel[k] == nil {
+			s.byLabel[k] = map[string]map[string]struct{}{}
+		}
+		if s.byLabel[k][v] == nil {
+			s.byLabel[k][v] = map[string]struct{}{}
+		}
+		s.byLabel[k][v][name] = struct{}{}
+	}
+}
+
+// candidates are the current Nodes that may match ls, sorted by name:
+// those with a value of a label ls requires that its requirements on that
+// label accept (the fewest such, of every label it requires), or every
+// Node. The caller still matches each. s.mu is held.
+func (s *Store) candidates(ls labels.Selector) []any {
+	reqs, _ := ls.Requirements()
+	var best map[string]struct{}
+	found := false
+	for _, r := range reqs {
+		switch r.Operator() {
+		case selection.Exists, selection.Equals, selection.DoubleEquals, selection.In, selection.GreaterThan, selection.LessThan:
+		default:
+			continue // matches nodes without the label too
+		}
+		k := r.Key()
+		set := map[string]struct{}{}
+		for v, names := range s.byLabel[k] {
+			ok := true
+			for _, q := range reqs {
+				if q.Key() == k && !q.Matches(labels.Set{k: v}) {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				for n := range names {
+					set[n] = struct{}{}
+				}
+			}
+		}
+		if !found || len(set) < len(best) {
+			best, found = set, true
+		}
+	}
+	if !found {
+		return s.current("nodes")
+	}
+	out := make([]any, 0, len(best))
+	for _, n := range slices.Sorted(maps.Keys(best)) {
+		out = append(out, s.nodes[n])
+	}
+	return out
 }

@@ -32,6 +32,10 @@ type watcher struct {
 	convert  func(obj any, rv uint64) runtime.Object
 	lag      time.Duration
 	bookmark bool
+	// name is the one object a field selector metadata.name=… allows
+	// ("": any): a change of another is not offered to it (a 1,000-node
+	// roll has a thousand such watches, one per node far back).
+	name string
 
 	out  chan watch.Event
 	wake chan struct{}
@@ -150,7 +154,7 @@ func (s *Store) publish(c change) {
 		s.log = s.log[len(s.log)-s.window:]
 	}
 	for w := range s.watchers {
-		if w.resource == c.resource {
+		if w.resource == c.resource && (w.name == "" || w.name == c.name()) {
 			w.offer(c)
 		}
 	}
@@ -288,6 +292,9 @@ func (s *Store) startWatch(who, resource string, o metav1.ListOptions, convert f
 		s: s, who: who, resource: resource, match: match, convert: convert, lag: lag,
 		bookmark: o.AllowWatchBookmarks,
 		out:      make(chan watch.Event), wake: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	if fs, err := fields.ParseSelector(o.FieldSelector); err == nil {
+		w.name, _ = fs.RequiresExactMatch("metadata.name")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
