@@ -53,7 +53,7 @@ func TestRollCost(t *testing.T) {
 		}
 		rows = append(rows, costRow(w, meter.Figures(), time.Since(began)))
 	}
-	t.Logf("\n| N | makespan | ideal | ratio | slot T | requests | per acq. | mean/s | peak/s | received per node | wall |\n"+
+	t.Logf("\n| N | makespan | ideal | ratio | slot T | requests | per acq. | mean/s | peak/s (at) | received per node | wall |\n"+
 		"|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n%s", strings.Join(rows, "\n"))
 }
 
@@ -95,8 +95,8 @@ func costRow(w *World, f api.MeterFigures, wall time.Duration) string {
 	makespan := last.Sub(first)
 	acquisitions := max(len(held), 1)
 	secs := max(f.Seconds, 1)
-	return fmt.Sprintf("| %d | %s | %s | %.3f | %s | %d | %.1f | %.1f | %d | %.2f MB | %s |",
+	return fmt.Sprintf("| %d | %s | %s | %.3f | %s | %d | %.1f | %.1f | %d (%s) | %.2f MB | %s |",
 		nodes, makespan.Round(time.Second), ideal.Round(time.Second), makespan.Seconds()/ideal.Seconds(), t.Round(100*time.Millisecond),
-		f.Requests, float64(f.Requests)/float64(acquisitions), float64(f.Requests)/float64(secs), f.PeakPerSec,
+		f.Requests, float64(f.Requests)/float64(acquisitions), float64(f.Requests)/float64(secs), f.PeakPerSec, f.PeakAt.Sub(w.start.Truncate(time.Second)),
 		float64(f.Bytes)/float64(nodes)/1e6, wall.Round(time.Second))
 }
