@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 func TestParse(t *testing.T) {
@@ -79,4 +81,31 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("an unreadable active claim publishes concurrency %d", c.Limits.Concurrency)
 		}
 	})
+}
+
+// TestAheadSelector: the selector an API server parses selects the
+// waiting claims at or before a place, by the label value SinceValue
+// writes, and no later one.
+func TestAheadSelector(t *testing.T) {
+	me := time.Date(2026, 12, 2, 3, 0, 0, 123_000_000, time.UTC)
+	sel, err := labels.Parse(AheadSelector(me))
+	if err != nil {
+		t.Fatalf("parse %q: %v", AheadSelector(me), err)
+	}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   bool
+	}{
+		{"level", map[string]string{SinceLabel: SinceValue(me)}, true},
+		{"a millisecond ahead", map[string]string{SinceLabel: SinceValue(me.Add(-time.Millisecond))}, true},
+		{"an hour ahead", map[string]string{SinceLabel: SinceValue(me.Add(-time.Hour))}, true},
+		{"a millisecond behind", map[string]string{SinceLabel: SinceValue(me.Add(time.Millisecond))}, false},
+		{"without the label", map[string]string{Label: string(Waiting)}, false},
+		{"not a number", map[string]string{SinceLabel: "soon"}, false},
+	} {
+		if got := sel.Matches(labels.Set(tc.labels)); got != tc.want {
+			t.Errorf("%s: selected %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

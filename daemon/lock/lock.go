@@ -126,12 +126,12 @@ type Lock struct {
 // Status is the lock's view for the operator (sd_notify, status).
 type Status struct {
 	State    claim.State
-	Position int    // place among the waiting nodes, from 0; -1 when not waiting
+	Position int // place among the waiting nodes, from 0; -1 when not waiting
 	// Far: far back in a long queue, where only the nearest waiting
 	// nodes ahead are read; Position is then how many of them, fewer than
 	// are ahead.
-	Far bool
-	Reason   string // why it is not yet taking a slot
+	Far    bool
+	Reason string // why it is not yet taking a slot
 }
 
 // New creates a Lock; Start must be called before Acquire.

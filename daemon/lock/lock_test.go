@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -325,5 +326,25 @@ func TestFarBackStaleView(t *testing.T) {
 				t.Errorf("no room seen at the first read of the active claims")
 			}
 		})
+	}
+}
+
+// TestNearestAhead: the waiting claims of a partial read, in queue order,
+// without this node's own, the active ones and those that cannot be read.
+func TestNearestAhead(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	p := func(name string, state claim.State, since time.Duration, err error) claim.Participant {
+		return claim.Participant{Name: name, Ready: true, Err: err, Claim: claim.Claim{State: state, Since: t0.Add(since)}}
+	}
+	snap := []claim.Participant{
+		p("c", claim.Waiting, 2*time.Second, nil),
+		p("me", claim.Waiting, 3*time.Second, nil),
+		p("a", claim.Waiting, time.Second, nil),
+		p("held", claim.Holding, 0, nil),
+		p("broken", claim.Waiting, time.Second, errors.New("cannot be read")),
+		p("b", claim.Waiting, time.Second, nil),
+	}
+	if got, want := nearestAhead(snap, "me"), []string{"a", "b", "c"}; !slices.Equal(got, want) {
+		t.Errorf("nearestAhead = %v, want %v", got, want)
 	}
 }

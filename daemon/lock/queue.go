@@ -484,7 +484,6 @@ func nearestAhead(snap []claim.Participant, self string) []string {
 	return names
 }
 
-
 // silent reports waiting nodes that have been eligible (in this daemon's
 // view) for longer than the grace without announcing.
 func (l *Lock) silent(now time.Time) func(string) bool {

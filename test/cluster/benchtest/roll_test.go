@@ -111,7 +111,7 @@ type result struct {
 	// after the first sentinel.
 	BusiestSecond      map[string]int `json:"busiestSecondByKind"`
 	BusiestSecondAfter float64        `json:"busiestSecondAfterSeconds"`
-	ReadsPerNode   float64        `json:"readsPerNode"`
+	ReadsPerNode       float64        `json:"readsPerNode"`
 	// QueueReadsPerNode are the Lists of the queue: of every claimed
 	// node (label selector kured-host.dev/claim alone), or of the waiting
 	// claims ahead of a place (claim.AheadSelector): the reads whose size
