@@ -172,7 +172,7 @@ func (l *Lock) readNearest(ctx context.Context, since time.Time, at string, near
 // more.
 func (l *Lock) listPage(ctx context.Context, selector, at string, limit int64) ([]*corev1.Node, bool, error) {
 	opts := metav1.ListOptions{LabelSelector: selector, ResourceVersion: at, ResourceVersionMatch: metav1.ResourceVersionMatchExact, Limit: limit}
-	return l.list(ctx, opts)
+	return l.listAt(ctx, opts, nil)
 }
 
 // listActive lists the nodes whose claim takes a slot (activeSelector),
@@ -222,10 +222,6 @@ func (l *Lock) listNodes(ctx context.Context, selector, rv string, match metav1.
 	var at string
 	nodes, _, err := l.listAt(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv, ResourceVersionMatch: match}, &at)
 	return nodes, at, err
-}
-
-func (l *Lock) list(ctx context.Context, opts metav1.ListOptions) ([]*corev1.Node, bool, error) {
-	return l.listAt(ctx, opts, nil)
 }
 
 // listAt is one List: the Nodes, whether more remain (a page), and the
@@ -343,8 +339,9 @@ func nodeReady(n *corev1.Node) bool { return readyStatus(n) == corev1.ConditionT
 // waitEligible blocks until this node is admitted by the queue. Near the
 // front of the queue it watches the claimed nodes and wakes on every
 // change, so a freed slot is taken as soon as the watch delivers the
-// release. Further back it does not watch: it reads the queue now and
-// then (farPace), a few times per wait however long the queue.
+// release. Further back it does not watch: it reads the claims nearest
+// ahead of it, waits for the one whose leaving brings it near the front,
+// and reads the active claims now and then (farBack).
 func (l *Lock) waitEligible(ctx context.Context) error {
 	var far farPace
 	eager, whole := false, false
@@ -401,33 +398,36 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 				continue
 			}
 		}
-		{
-			window := l.window()
-			l.stopWatch()
-			mark := markOf(snap, counted[len(counted)-window])
-			// How many places the mark has to go; not known when only
-			// the nearest were read.
-			ahead := len(counted) - window + 1
-			if partial {
-				ahead = 0
-			}
-			left, room, err := l.waitFar(ctx, &far, ahead, mark, now, snap)
-			if err != nil {
-				return err
-			}
-			// A slot left free: the whole queue ahead is read, and the
-			// nodes ahead that it lets go at once.
-			eager = room
-			if left {
-				far.roomAt = time.Time{}
-				// Most likely within the window now, where it
-				// watches: the watch's List is the read of the queue.
-				if err := l.ensureWatch(ctx); err != nil {
-					return err
-				}
-			}
+		room, err := l.farBack(ctx, &far, snap, counted, partial, now)
+		if err != nil {
+			return err
 		}
+		eager = room
 	}
+}
+
+// farBack waits far back in the queue (waitFar), for the mark among
+// counted (the waiting nodes ahead, at least the window's worth), and
+// reports whether a slot has stayed free that this node could take: then
+// the whole queue ahead is read, and the nodes ahead that it lets go at
+// once. If the mark left, this node is most likely within the window,
+// where it watches: the watch's List is the read of the queue.
+func (l *Lock) farBack(ctx context.Context, far *farPace, snap []claim.Participant, counted []string, partial bool, read time.Time) (room bool, err error) {
+	window := l.window()
+	l.stopWatch()
+	mark := markOf(snap, counted[len(counted)-window])
+	// How many places the mark has to go; not known when only the
+	// nearest were read.
+	ahead := len(counted) - window + 1
+	if partial {
+		ahead = 0
+	}
+	left, room, err := l.waitFar(ctx, far, ahead, mark, read, snap)
+	if err != nil || !left {
+		return room, err
+	}
+	far.roomAt = time.Time{}
+	return room, l.ensureWatch(ctx)
 }
 
 // look decides from a snapshot of the whole queue ahead: done when this
