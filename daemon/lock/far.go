@@ -42,12 +42,14 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 	// elsewhere is this node's to take. The active claims are few: they
 	// are read now and then (farPoll); if they leave room for this node,
 	// and still do a moment later (a slot between two holders is taken
-	// within a second near the front), the queue is read: on the schedule of the last wait's reads, if any: a wait that
-	// ends (its time is up, the queue is read again) and started the
-	// schedule afresh put 47 s between two reads (the simulator's seed
-	// 58), past the bound; and a room seen by the last wait's last read
-	// is confirmed by this one's first (a wait of a second, its time up,
-	// never saw the room twice: the regression L3).
+	// within a second near the front), the queue is read.
+	//
+	// The reads keep the last wait's schedule: a wait that ended (its
+	// time up, the queue read again) and started the schedule afresh put
+	// 47 s between two reads (the simulator's seed 58), past the bound.
+	// A room seen by the last wait's last read is confirmed by this one's
+	// first: waits of a second, their time up, never saw the room twice
+	// (the regression L3).
 	pollIn := l.jitter(farPoll)
 	if !far.nextPoll.IsZero() {
 		pollIn = max(far.nextPoll.Sub(l.o.Now()), 0)
