@@ -70,7 +70,7 @@ func unsafe(snap []Participant, now time.Time, ttl time.Duration) string {
 			}
 			n := 0
 			for _, q := range act {
-				if d.contains(q) {
+				if d.contains(&q) {
 					n++
 				}
 			}

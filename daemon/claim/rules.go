@@ -68,7 +68,7 @@ func (d domain) String() string {
 	return d.label + "=" + d.value
 }
 
-func (d domain) contains(p Participant) bool {
+func (d domain) contains(p *Participant) bool {
 	return d.label == "" || slices.Contains(p.values(d.label), d.value)
 }
 
@@ -232,7 +232,7 @@ func Verify(self Participant, own Limits, snap []Participant, now time.Time, ttl
 	for _, d := range domainsOf(self, rules) {
 		var members []Participant
 		for _, p := range others {
-			if d.contains(p) {
+			if d.contains(&p) {
 				members = append(members, p)
 			}
 		}
@@ -335,17 +335,26 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 // domain.
 func blocks(w Participant, admitted []Participant, waiting claimed) string {
 	rules := append([]Limits{w.Claim.Limits, waiting.rule}, limitsOf(admitted)...)
+	// Indices, not copies: a waiting daemon decides every node ahead of it
+	// against every admitted one on each change it sees.
+	var in []int
+	lims := make([]Limits, 0, len(admitted)+1)
 	for _, d := range domainsOf(w, rules) {
-		var members []Participant
-		for _, p := range admitted {
-			if d.contains(p) {
-				members = append(members, p)
+		in, lims = in[:0], append(lims[:0], w.Claim.Limits)
+		for i := range admitted {
+			if d.contains(&admitted[i]) {
+				in = append(in, i)
+				lims = append(lims, admitted[i].Claim.Limits)
 			}
 		}
-		lim, ok := d.limit(append([]Limits{w.Claim.Limits}, limitsOf(members)...))
+		lim, ok := d.limit(lims)
 		lim, ok = waiting.bind(d, lim, ok)
-		if ok && len(members)+1 > lim {
-			return fmt.Sprintf("%s is full: %d of %d (%s)", d, len(members), lim, names(members))
+		if ok && len(in)+1 > lim {
+			ns := make([]string, len(in))
+			for j, i := range in {
+				ns[j] = admitted[i].Name
+			}
+			return fmt.Sprintf("%s is full: %d of %d (%s)", d, len(in), lim, strings.Join(ns, ", "))
 		}
 	}
 	return ""
