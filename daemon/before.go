@@ -39,9 +39,12 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 }
 
 // cordon: the slot was just taken. The blockers are checked again right
-// before the first disruptive step (blocked: the slot is given back), the
-// claim confirmed, and whether the node was already unschedulable recorded
-// before it is cordoned.
+// before the first disruptive step (blocked: the slot is given back), and
+// whether the node was already unschedulable recorded before it is
+// cordoned. That record is a conditional write on the Node as the commit
+// (or the last read) left it, so it both confirms the claim and makes the
+// recorded cordon state the Node's at that moment: a GET first would
+// prove nothing more and cost two round trips in every slot.
 func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	d.setStateMetric("draining")
 	d.setQueuePositionMetric(-1)
@@ -58,23 +61,18 @@ func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) er
 		d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back before cordoning: blocked by "+block.Summary(blocked))
 		return nil
 	}
-	if _, err := d.Lock.Confirm(ctx); err != nil {
-		return d.lost(ctx, log, c, err)
-	}
-	was, err := d.Drainer.Unschedulable(ctx)
-	if err != nil {
-		return err
-	}
 	// Recorded before cordoning: a restart in between must not take
 	// our cordon for the admin's.
+	var was bool
 	if _, err := d.Lock.Update(ctx, func(c *claim.Claim) {
+		was = d.Lock.Unschedulable()
 		c.Phase, c.WasUnschedulable, c.Cordoned = claim.PhaseCordoned, was, !was
 	}); err != nil {
 		return d.lost(ctx, log, c, err)
 	}
 	d.setManagerStatus("holding a reboot slot: cordoning")
 	if !was {
-		if _, err := d.Drainer.Cordon(ctx); err != nil {
+		if err := d.Drainer.Cordon(ctx); err != nil {
 			return err
 		}
 		log.Info("cordoned")
@@ -96,7 +94,7 @@ func (d *Daemon) startDrain(ctx context.Context, log *slog.Logger, c claim.Claim
 		if _, err := d.Lock.Confirm(ctx); err != nil {
 			return d.lost(ctx, log, c, err)
 		}
-		if _, err := d.Drainer.Cordon(ctx); err != nil {
+		if err := d.Drainer.Cordon(ctx); err != nil {
 			return err
 		}
 	}
@@ -117,12 +115,10 @@ func (d *Daemon) startDrain(ctx context.Context, log *slog.Logger, c claim.Claim
 	return d.lostIf(ctx, log, c, err)
 }
 
-// drain evicts the pods, each eviction confirmed; a failed drain gives the
-// slot back (abort) unless drain.force_reboot.
+// drain evicts the pods, each eviction confirmed (so the drain needs no
+// confirmation of its own: listing the pods disrupts nothing); a failed
+// drain gives the slot back (abort) unless drain.force_reboot.
 func (d *Daemon) drain(ctx context.Context, log *slog.Logger, c claim.Claim) error {
-	if _, err := d.Lock.Confirm(ctx); err != nil {
-		return d.lost(ctx, log, c, err)
-	}
 	d.setStateMetric("draining")
 	d.setManagerStatus("holding a reboot slot: draining")
 	began := d.Now()
@@ -151,8 +147,9 @@ func (d *Daemon) drain(ctx context.Context, log *slog.Logger, c claim.Claim) err
 	return d.lostIf(ctx, log, c, err)
 }
 
-// requestReboot: drained. After reboot.delay, the claim is confirmed and
-// the reboot recorded with this boot's ID, then asked for.
+// requestReboot: drained. After reboot.delay, the reboot is recorded with
+// this boot's ID, then asked for. The record is a conditional write: its
+// success confirms the claim as a consistent GET would, later.
 func (d *Daemon) requestReboot(ctx context.Context, log *slog.Logger, c claim.Claim, boot string) error {
 	if c.Phase == claim.PhaseDrained {
 		if delay := d.Config.Reboot.Delay.Std(); delay > 0 {
@@ -161,9 +158,6 @@ func (d *Daemon) requestReboot(ctx context.Context, log *slog.Logger, c claim.Cl
 				return err
 			}
 		}
-	}
-	if _, err := d.Lock.Confirm(ctx); err != nil {
-		return d.lost(ctx, log, c, err)
 	}
 	if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase, c.BootID = claim.PhaseRebooting, boot }); err != nil {
 		return d.lost(ctx, log, c, err)

@@ -41,6 +41,7 @@ type Locker interface {
 	Known() (claim.Claim, claim.State)
 	Unreadable() error
 	Annotation(key string) string
+	Unschedulable() bool
 	Join(ctx context.Context) error
 	Acquire(ctx context.Context) (claim.Claim, error)
 	Update(ctx context.Context, change func(*claim.Claim)) (claim.Claim, error)
@@ -56,8 +57,7 @@ var _ Locker = (*lock.Lock)(nil)
 
 // Drainer cordons and drains this node (daemon/drain).
 type Drainer interface {
-	Unschedulable(ctx context.Context) (bool, error)
-	Cordon(ctx context.Context) (already bool, err error)
+	Cordon(ctx context.Context) error
 	Uncordon(ctx context.Context) error
 	Drain(ctx context.Context) error
 }

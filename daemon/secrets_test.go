@@ -37,6 +37,7 @@ func (l *idleLock) Own(context.Context) (claim.Claim, claim.State, error) {
 func (l *idleLock) Known() (claim.Claim, claim.State) { return claim.Claim{}, "" }
 func (l *idleLock) Unreadable() error                 { return nil }
 func (l *idleLock) Annotation(string) string          { return "" }
+func (l *idleLock) Unschedulable() bool               { return false }
 func (l *idleLock) Join(context.Context) error {
 	close(l.joined)
 	return errNotHere

@@ -391,7 +391,8 @@ proctype Node(byte i) {
 		}
 
 	:: pc == WORK ->
-		/* before disrupting: a consistent GET confirms the claim */
+		/* before disrupting: a consistent GET, or a conditional write of the
+		 * claim that succeeds, confirms it (both see rstate at one instant) */
 		atomic {
 			if
 			:: rstate[i] == HOLDING -> down[i] = true; pc = REBOOT

@@ -62,28 +62,13 @@ type Drainer struct {
 // the node; nothing was evicted.
 var ErrRefused = errors.New("cannot drain")
 
-// Unschedulable reports whether the node is cordoned now.
-func (d *Drainer) Unschedulable(ctx context.Context) (bool, error) {
-	n, err := d.Client.CoreV1().Nodes().Get(ctx, d.Node, metav1.GetOptions{})
-	if err != nil {
-		return false, fmt.Errorf("read node %s: %w", d.Node, err)
-	}
-	return n.Spec.Unschedulable, nil
-}
-
-// Cordon marks the node unschedulable and reports whether it already was
-// (so that the node is uncordoned afterwards only if kured-host cordoned
-// it).
-func (d *Drainer) Cordon(ctx context.Context) (already bool, err error) {
-	n, err := d.Client.CoreV1().Nodes().Get(ctx, d.Node, metav1.GetOptions{})
-	if err != nil {
-		return false, fmt.Errorf("cordon node %s: %w", d.Node, err)
-	}
-	if n.Spec.Unschedulable {
-		return true, nil
-	}
-	return false, d.setUnschedulable(ctx, true)
-}
+// Cordon marks the node unschedulable, with CordonAnnotation. The cycle
+// calls it only for a node its claim records as cordoned by kured-host
+// (schedulable when the claim's conditional write was made), so it does
+// not read the Node first: an admin's cordon in between gains only the
+// annotation, and the node is uncordoned afterwards either way, as the
+// claim says.
+func (d *Drainer) Cordon(ctx context.Context) error { return d.setUnschedulable(ctx, true) }
 
 // Uncordon marks the node schedulable.
 func (d *Drainer) Uncordon(ctx context.Context) error { return d.setUnschedulable(ctx, false) }

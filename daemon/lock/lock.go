@@ -161,17 +161,19 @@ func New(o Options) *Lock {
 	}
 }
 
-// Start prepares the lock to run until ctx ends. It makes one small
+// Start prepares the lock to run until ctx ends. It starts one small
 // request, the count of the cluster's nodes that paces a join (paceJoin):
 // read when the need comes, the counts of a cluster whose nodes all
 // learn of a kernel update at once were that roll's busiest second (495
-// in one second at 500 nodes, before any pacing). Otherwise the watch of
+// in one second at 500 nodes, before any pacing). It does not wait for
+// it: a daemon that starts in the boot after its reboot still holds its
+// slot, and the count would only delay the release. Otherwise the watch of
 // the claimed nodes starts when this node waits near the front of the
 // queue and stops when it does not need it, so that a node that needs no
 // reboot, or is far back, costs the API server nothing.
 func (l *Lock) Start(ctx context.Context) error {
 	l.base = ctx
-	l.countNodes(ctx)
+	go l.countNodes(ctx)
 	return nil
 }
 

@@ -24,6 +24,8 @@ type ownClaim struct {
 	err         error // why the claim cannot be read; nil if it can
 	labels      map[string]string
 	annotations map[string]string
+	// unschedulable is the Node's spec.unschedulable at rv.
+	unschedulable bool
 }
 
 // Own reads the node's claim with a consistent GET (never a cache) and
@@ -37,7 +39,7 @@ func (l *Lock) Own(ctx context.Context) (claim.Claim, claim.State, error) {
 }
 
 func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
-	o := ownClaim{uid: n.UID, rv: n.ResourceVersion, labels: n.Labels, annotations: n.Annotations}
+	o := ownClaim{uid: n.UID, rv: n.ResourceVersion, labels: n.Labels, annotations: n.Annotations, unschedulable: n.Spec.Unschedulable}
 	var err error
 	if lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]; lv != "" || ann != "" {
 		o.claim, err = claim.Parse(lv, ann)
@@ -85,6 +87,12 @@ func (l *Lock) Unreadable() error { return l.current().err }
 // Annotation is an annotation of the own Node as last read or written
 // ("" when absent), without a request.
 func (l *Lock) Annotation(key string) string { return l.current().annotations[key] }
+
+// Unschedulable is whether the own Node was cordoned as last read or
+// written, without a request. Read inside an Update's change, it is the
+// Node that write is conditional on: a cordon since then fails the write,
+// which reads the Node again and asks the change again.
+func (l *Lock) Unschedulable() bool { return l.current().unschedulable }
 
 func (l *Lock) current() ownClaim {
 	l.mu.Lock()

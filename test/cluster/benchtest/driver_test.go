@@ -23,7 +23,7 @@ import (
 
 // lockDriver is the reboot cycle around the slot lock as the daemon runs
 // it (the same steps as locktest's driver, without its fault injection):
-// join when the sentinel appears, acquire, confirm, cordon (recording
+// join when the sentinel appears, acquire, cordon (recording
 // whether the node was schedulable), "drain" (hold), record the boot ID
 // and ask the host to reboot; after the boot, uncordon and release. Every
 // request goes through client, with the node's own identity.
@@ -112,16 +112,12 @@ func (d *lockDriver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) err
 		}
 		return l.Release(ctx)
 	}
-	if c, err = l.Confirm(ctx); err != nil {
-		return err
-	}
+	// The claim writes are conditional: each confirms the claim, and the
+	// first records the cordon state of the Node it is conditional on
+	// (as the daemon's cycle does).
 	if c.Phase == claim.PhaseAcquired {
-		n, err := d.client.CoreV1().Nodes().Get(ctx, d.h.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
 		if _, err := l.Update(ctx, func(c *claim.Claim) {
-			c.Phase, c.WasUnschedulable = claim.PhaseCordoned, n.Spec.Unschedulable
+			c.Phase, c.WasUnschedulable = claim.PhaseCordoned, l.Unschedulable()
 		}); err != nil {
 			return err
 		}
@@ -132,9 +128,6 @@ func (d *lockDriver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) err
 		l.Observe(cordoned)
 	}
 	if err := sleep(ctx, d.hold); err != nil {
-		return err
-	}
-	if _, err := l.Confirm(ctx); err != nil {
 		return err
 	}
 	if _, err := l.Update(ctx, func(c *claim.Claim) { c.Phase, c.BootID = claim.PhaseRebooting, boot }); err != nil {

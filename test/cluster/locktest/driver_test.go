@@ -211,17 +211,12 @@ func (d *driver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
 	if err := d.step(ctx); err != nil {
 		return err
 	}
-	c, err = l.Confirm(ctx)
-	if err != nil {
-		return err
-	}
+	// The claim writes are conditional: each confirms the claim, and the
+	// first records the cordon state of the Node it is conditional on
+	// (as the daemon's cycle does).
 	if c.Phase == claim.PhaseAcquired {
-		n, err := d.h.Client.CoreV1().Nodes().Get(ctx, d.h.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
 		if _, err := l.Update(ctx, func(c *claim.Claim) {
-			c.Phase, c.WasUnschedulable = claim.PhaseCordoned, n.Spec.Unschedulable
+			c.Phase, c.WasUnschedulable = claim.PhaseCordoned, l.Unschedulable()
 		}); err != nil {
 			return err
 		}
@@ -230,9 +225,6 @@ func (d *driver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
 		}
 	}
 	if err := d.sleep(ctx, d.hold); err != nil {
-		return err
-	}
-	if _, err := l.Confirm(ctx); err != nil {
 		return err
 	}
 	if _, err := l.Update(ctx, func(c *claim.Claim) { c.Phase, c.BootID = claim.PhaseRebooting, boot }); err != nil {
