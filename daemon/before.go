@@ -13,6 +13,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/block"
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/drain"
 	"github.com/kured-host/kured-host/daemon/notify"
 )
 
@@ -39,12 +40,9 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 }
 
 // cordon: the slot was just taken. The blockers are checked again right
-// before the first disruptive step (blocked: the slot is given back), and
-// whether the node was already unschedulable recorded before it is
-// cordoned. That record is a conditional write on the Node as the commit
-// (or the last read) left it, so it both confirms the claim and makes the
-// recorded cordon state the Node's at that moment: a GET first would
-// prove nothing more and cost two round trips in every slot.
+// before the first disruptive step (blocked: the slot is given back);
+// then the cordon is recorded in the claim and made in one conditional
+// write (lock.Lock.Cordon), which also confirms the claim.
 func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	d.setStateMetric("draining")
 	d.setQueuePositionMetric(-1)
@@ -61,36 +59,30 @@ func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) er
 		d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back before cordoning: blocked by "+block.Summary(blocked))
 		return nil
 	}
-	// Recorded before cordoning: a restart in between must not take
-	// our cordon for the admin's.
-	var was bool
-	if _, err := d.Lock.Update(ctx, func(c *claim.Claim) {
-		was = d.Lock.Unschedulable()
-		c.Phase, c.WasUnschedulable, c.Cordoned = claim.PhaseCordoned, was, !was
-	}); err != nil {
+	d.setManagerStatus("holding a reboot slot: cordoning")
+	was, err := d.Lock.Cordon(ctx)
+	if err != nil {
 		return d.lost(ctx, log, c, err)
 	}
-	d.setManagerStatus("holding a reboot slot: cordoning")
-	if !was {
-		if err := d.Drainer.Cordon(ctx); err != nil {
-			return err
-		}
-		log.Info("cordoned")
-		d.event(ctx, log, "Normal", ReasonCordoned, "Cordoned for the reboot")
-	} else {
+	if was {
 		d.event(ctx, log, "Normal", ReasonCordoned, "Already unschedulable; it will stay so after the reboot")
+		return nil
 	}
+	log.Info("cordoned")
+	d.event(ctx, log, "Normal", ReasonCordoned, "Cordoned for the reboot")
 	return nil
 }
 
-// startDrain: cordoned. It redoes a cordon a restart may have cut short,
+// startDrain: cordoned. It makes a cordon a restart may have cut short,
 // marks the node (kured's annotations), sends the drain message, waits
 // drain.delay and records the drain.
 func (d *Daemon) startDrain(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	d.setStateMetric("draining")
-	if c.Cordoned {
-		// A restart between the record and the cordon: the cordon
-		// is a disruptive step, confirmed first like the others.
+	if c.Cordoned && d.Lock.Annotation(drain.CordonAnnotation) == "" {
+		// Recorded, but the Node as last read has no cordon of ours: a
+		// claim an earlier version recorded before its cordon, and a
+		// restart in between (this version cordons in the record's own
+		// write). The cordon is a disruptive step, confirmed first.
 		if _, err := d.Lock.Confirm(ctx); err != nil {
 			return d.lost(ctx, log, c, err)
 		}

@@ -41,10 +41,10 @@ type Locker interface {
 	Known() (claim.Claim, claim.State)
 	Unreadable() error
 	Annotation(key string) string
-	Unschedulable() bool
 	Join(ctx context.Context) error
 	Acquire(ctx context.Context) (claim.Claim, error)
 	Update(ctx context.Context, change func(*claim.Claim)) (claim.Claim, error)
+	Cordon(ctx context.Context) (was bool, err error)
 	Confirm(ctx context.Context) (claim.Claim, error)
 	Release(ctx context.Context) error
 	ReleaseAfter(ctx context.Context, delay time.Duration) error

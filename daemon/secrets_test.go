@@ -46,6 +46,7 @@ func (l *idleLock) Acquire(context.Context) (claim.Claim, error) { return claim.
 func (l *idleLock) Update(context.Context, func(*claim.Claim)) (claim.Claim, error) {
 	return claim.Claim{}, errNotHere
 }
+func (l *idleLock) Cordon(context.Context) (bool, error)              { return false, errNotHere }
 func (l *idleLock) Confirm(context.Context) (claim.Claim, error)      { return claim.Claim{}, errNotHere }
 func (l *idleLock) Release(context.Context) error                     { return errNotHere }
 func (l *idleLock) ReleaseAfter(context.Context, time.Duration) error { return errNotHere }

@@ -20,12 +20,17 @@ import (
 // active claims and the waiting ones that publish other limits than its
 // own, and not the whole queue. SinceLabel is on waiting claims only too:
 // the claim's place (SinceValue), so that a node reads the waiting claims
-// ahead of it (a selector "<"), not the whole queue.
+// ahead of it (a selector "<"), not the whole queue. CordonAnnotation
+// marks a cordon that kured-host made: written with the cordon, in the
+// claim's write that records it, and removed with the uncordon, so that it
+// outlives the claim (a node whose claim is lost while its daemon is not
+// running still knows the cordon is its own to undo).
 const (
-	Label       = "kured-host.dev/claim"
-	Annotation  = "kured-host.dev/claim"
-	LimitsLabel = "kured-host.dev/waiting-limits"
-	SinceLabel  = "kured-host.dev/waiting-since"
+	Label            = "kured-host.dev/claim"
+	Annotation       = "kured-host.dev/claim"
+	LimitsLabel      = "kured-host.dev/waiting-limits"
+	SinceLabel       = "kured-host.dev/waiting-since"
+	CordonAnnotation = "kured-host.dev/cordoned"
 )
 
 // SinceValue is the SinceLabel value of a claim waiting since t: its Unix

@@ -25,6 +25,8 @@ import (
 	policyv1client "k8s.io/client-go/kubernetes/typed/policy/v1"
 	"k8s.io/client-go/rest"
 	kubedrain "k8s.io/kubectl/pkg/drain"
+
+	"github.com/kured-host/kured-host/daemon/claim"
 )
 
 // Options are the drain settings (config section [drain]).
@@ -63,22 +65,19 @@ type Drainer struct {
 var ErrRefused = errors.New("cannot drain")
 
 // Cordon marks the node unschedulable, with CordonAnnotation. The cycle
-// calls it only for a node its claim records as cordoned by kured-host
-// (schedulable when the claim's conditional write was made), so it does
-// not read the Node first: an admin's cordon in between gains only the
-// annotation, and the node is uncordoned afterwards either way, as the
-// claim says.
+// cordons in the claim's write that records the cordon (lock.Lock.Cordon);
+// this is for a claim that records a cordon kured-host had not made yet
+// (one written by an earlier version, which cordoned after the record).
+// It does not read the Node first: an admin's cordon in between gains
+// only the annotation, and the node is uncordoned afterwards either way,
+// as the claim says.
 func (d *Drainer) Cordon(ctx context.Context) error { return d.setUnschedulable(ctx, true) }
 
 // Uncordon marks the node schedulable.
 func (d *Drainer) Uncordon(ctx context.Context) error { return d.setUnschedulable(ctx, false) }
 
-// CordonAnnotation marks a cordon that kured-host made. It is written in
-// the same patch as the cordon and removed with the uncordon, so that it
-// outlives the claim: a node whose claim is lost (removed by an admin,
-// its Node's claim unreadable and fixed by hand) and that restarts still
-// knows the cordon is its own to undo.
-const CordonAnnotation = "kured-host.dev/cordoned"
+// CordonAnnotation marks a cordon that kured-host made (claim.CordonAnnotation).
+const CordonAnnotation = claim.CordonAnnotation
 
 func (d *Drainer) setUnschedulable(ctx context.Context, on bool) error {
 	body := `{"spec":{"unschedulable":null},"metadata":{"annotations":{"` + CordonAnnotation + `":null}}}`

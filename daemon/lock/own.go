@@ -88,12 +88,6 @@ func (l *Lock) Unreadable() error { return l.current().err }
 // ("" when absent), without a request.
 func (l *Lock) Annotation(key string) string { return l.current().annotations[key] }
 
-// Unschedulable is whether the own Node was cordoned as last read or
-// written, without a request. Read inside an Update's change, it is the
-// Node that write is conditional on: a cordon since then fails the write,
-// which reads the Node again and asks the change again.
-func (l *Lock) Unschedulable() bool { return l.current().unschedulable }
-
 func (l *Lock) current() ownClaim {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -108,6 +102,12 @@ var errConflict = errors.New("node changed since it was read")
 // and the annotation change together. An error other than errConflict
 // leaves the outcome unknown: callers re-read with Own.
 func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (claim.Claim, error) {
+	return l.writeNode(ctx, state, c, false)
+}
+
+// writeNode is write, cordoning the node in the same patch if cordon is
+// set (spec.unschedulable and claim.CordonAnnotation).
+func (l *Lock) writeNode(ctx context.Context, state claim.State, c claim.Claim, cordon bool) (claim.Claim, error) {
 	cur := l.current()
 	if state != "" && cur.err != nil {
 		// Built on a claim this daemon cannot read (an admin's edit): what
@@ -131,11 +131,17 @@ func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (cla
 			digest, since = claim.LimitsDigest(c.Limits), claim.SinceValue(c.Since)
 		}
 	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
+	annotations := map[string]any{claim.Annotation: ann}
+	patch := map[string]any{"metadata": map[string]any{
 		"resourceVersion": cur.rv,
 		"labels":          map[string]any{claim.Label: label, claim.LimitsLabel: digest, claim.SinceLabel: since},
-		"annotations":     map[string]any{claim.Annotation: ann},
-	}})
+		"annotations":     annotations,
+	}}
+	if cordon {
+		annotations[claim.CordonAnnotation] = "true"
+		patch["spec"] = map[string]any{"unschedulable": true}
+	}
+	body, err := json.Marshal(patch)
 	if err != nil {
 		return claim.Claim{}, err
 	}
@@ -211,6 +217,36 @@ func (l *Lock) Update(ctx context.Context, change func(*claim.Claim)) (claim.Cla
 		}
 		if err := l.reread(ctx, err); err != nil {
 			return claim.Claim{}, err
+		}
+	}
+}
+
+// Cordon records the cordon in the holder's claim (phase cordoned) and
+// cordons the node in the same conditional write, unless the Node it is
+// conditional on is unschedulable already (an admin's cordon, which stays
+// after the reboot): the claim records which. One write, so no restart
+// can come between the record and the cordon, and its success confirms
+// the claim as a consistent GET before it would. It reports whether the
+// node was unschedulable already, or ErrLost.
+func (l *Lock) Cordon(ctx context.Context) (was bool, err error) {
+	for {
+		cur := l.current()
+		if cur.state != claim.Holding {
+			return false, fmt.Errorf("record the cordon: the claim is %q: %w", stateName(cur.state), ErrLost)
+		}
+		if cur.claim.Phase == claim.PhaseCordoned {
+			// A write whose reply was lost, read again: it landed, and
+			// the Node is unschedulable by its cordon now.
+			return cur.claim.WasUnschedulable, nil
+		}
+		c, was := cur.claim, cur.unschedulable
+		c.Phase, c.WasUnschedulable, c.Cordoned = claim.PhaseCordoned, was, !was
+		_, err := l.writeNode(ctx, claim.Holding, c, !was)
+		if err == nil {
+			return was, nil
+		}
+		if err := l.reread(ctx, err); err != nil {
+			return false, err
 		}
 	}
 }

@@ -116,15 +116,17 @@ func TestRegressions(t *testing.T) {
 			}
 		},
 	}, {
-		// L2: the claim is removed between the record of the cordon and
-		// the cordon itself; the node goes through the lost path
-		// (uncordon, SlotLost) and is not left cordoned.
+		// L2: the claim is removed right after the write that records
+		// the cordon and makes it (one write since the record stopped
+		// being a write of its own, before the cordon); the node goes
+		// through the lost path (uncordon, SlotLost) and is not left
+		// cordoned.
 		name: "L2 claim removed just after the cordon was recorded",
 		opts: func() Options {
 			o := base(2)
 			o.Script = func(w *World) {
 				interposeOnce(w, func(r api.Revision, c claim.Claim) (func(*corev1.Node), bool) {
-					if c.State != claim.Holding || c.Phase != claim.PhaseCordoned || r.Node.Spec.Unschedulable {
+					if c.State != claim.Holding || c.Phase != claim.PhaseCordoned || !r.Node.Spec.Unschedulable {
 						return nil, false
 					}
 					w.tracef(r.Node.Name, "the admin removes the claim, just after it recorded cordoned (scenario)")

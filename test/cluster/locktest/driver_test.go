@@ -211,16 +211,11 @@ func (d *driver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
 	if err := d.step(ctx); err != nil {
 		return err
 	}
-	// The claim writes are conditional: each confirms the claim, and the
-	// first records the cordon state of the Node it is conditional on
-	// (as the daemon's cycle does).
+	// The claim writes are conditional, so each confirms the claim; the
+	// first cordons the node in the same write (as the daemon's cycle
+	// does).
 	if c.Phase == claim.PhaseAcquired {
-		if _, err := l.Update(ctx, func(c *claim.Claim) {
-			c.Phase, c.WasUnschedulable = claim.PhaseCordoned, l.Unschedulable()
-		}); err != nil {
-			return err
-		}
-		if err := d.setUnschedulable(ctx, l, true); err != nil {
+		if _, err := l.Cordon(ctx); err != nil {
 			return err
 		}
 	}
