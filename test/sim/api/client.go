@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -199,6 +200,10 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ls, err := labels.Parse(o.LabelSelector)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
 	rv := s.rv
 	var nodes []*corev1.Node
 	switch {
@@ -209,32 +214,29 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersion %q: not a revision the store has", o.ResourceVersion))
 		}
 		rv = at
-		nodes = s.nodesAt(rv)
+		nodes = s.nodesAt(rv, ls)
 	case o.ResourceVersion == "0" && s.Faults.CacheLag != nil:
 		rv = s.cacheRV(s.Faults.CacheLag(r))
-		nodes = s.nodesAt(rv)
+		nodes = s.nodesAt(rv, ls)
 	default:
-		ls, err := labels.Parse(o.LabelSelector)
-		if err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
 		for _, obj := range s.candidates(ls) {
 			nodes = append(nodes, obj.(*corev1.Node))
 		}
 	}
+	nodes = slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return !match(n) })
 	list := &corev1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)}}
-	for _, n := range nodes {
-		if match(n) {
-			list.Items = append(list.Items, *n.DeepCopy())
-		}
-	}
 	// A first page, as the API server serves it: with no selector, it
-	// says how many remain (no request here reads a next page).
-	if o.Limit > 0 && int64(len(list.Items)) > o.Limit {
+	// says how many remain (no request here reads a next page). Cut
+	// before the copies: a limited read far back matches thousands.
+	if o.Limit > 0 && int64(len(nodes)) > o.Limit {
 		if o.LabelSelector == "" && o.FieldSelector == "" {
-			list.RemainingItemCount = ptr.To(int64(len(list.Items)) - o.Limit)
+			list.RemainingItemCount = ptr.To(int64(len(nodes)) - o.Limit)
 		}
-		list.Items, list.Continue = list.Items[:o.Limit], "next"
+		nodes, list.Continue = nodes[:o.Limit], "next"
+	}
+	list.Items = make([]corev1.Node, len(nodes))
+	for i, n := range nodes {
+		n.DeepCopyInto(&list.Items[i])
 	}
 	return list, nil
 }
