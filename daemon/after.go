@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/drain"
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/notify"
 )
@@ -30,7 +31,7 @@ func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Clai
 	if err := d.resume(ctx, log, c); err != nil {
 		return err
 	}
-	return d.release(ctx, log)
+	return d.release(ctx, log, c)
 }
 
 // recordBack records the reboot in the claim (rebooted) and how long the
@@ -52,7 +53,8 @@ func (d *Daemon) recordBack(ctx context.Context, log *slog.Logger, c claim.Claim
 
 // resume waits until the node is healthy in this boot, then (once per
 // reboot, in phase rebooted) puts it back: kured's mark, the uncordon if
-// kured-host cordoned, the notification.
+// kured-host cordoned, the notification. With no release delay the
+// uncordon is left to the release, which makes it in its own write.
 func (d *Daemon) resume(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	if err := d.waitHealthy(ctx, log); err != nil {
 		return err
@@ -63,28 +65,56 @@ func (d *Daemon) resume(ctx context.Context, log *slog.Logger, c claim.Claim) er
 	if d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) }) {
 		d.inProgress = markClear
 	}
-	if !d.cordonedByUs(c) {
+	if !d.cordonedByUs(c) || d.uncordonsOnRelease(c) {
 		// Unschedulable before kured-host cordoned: it stays so, and
 		// the uncordon message would say otherwise.
 		return nil
 	}
-	if err := d.uncordon(ctx, log, "Uncordoned after the reboot"); err != nil {
+	if err := d.uncordon(ctx, log, uncordonedWhy); err != nil {
 		return err
 	}
 	d.message(ctx, notify.Uncordon, "")
 	return nil
 }
 
+const uncordonedWhy = "Uncordoned after the reboot"
+
+// uncordonsOnRelease: the release both frees the slot and uncordons, in
+// one write, for a node kured-host cordoned, still to be put back (phase
+// rebooted), with no release delay (with one, the node is back in service
+// while the slot is held).
+func (d *Daemon) uncordonsOnRelease(c claim.Claim) bool {
+	return c.Phase == claim.PhaseRebooted && d.cordonedByUs(c) && d.Config.Lock.ReleaseDelay.Std() <= 0
+}
+
 // release frees the slot after the release delay, whose end
 // lock.ReleaseAfter writes into the claim first: a restart waits only
 // what is left of it.
-func (d *Daemon) release(ctx context.Context, log *slog.Logger) error {
+func (d *Daemon) release(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	if d.uncordonsOnRelease(c) {
+		if err := d.Lock.ReleaseUncordoned(ctx); err != nil {
+			return err
+		}
+		if d.Lock.Annotation(drain.CordonAnnotation) != "" {
+			// The claim was removed by someone else first: the write
+			// did not land, and the next step undoes the cordon.
+			return nil
+		}
+		log.Info("uncordoned")
+		d.event(ctx, log, "Normal", ReasonUncordoned, uncordonedWhy)
+		d.message(ctx, notify.Uncordon, "")
+		return d.released(ctx, log)
+	}
 	if delay := d.Config.Lock.ReleaseDelay.Std(); delay > 0 {
 		d.setManagerStatus(fmt.Sprintf("rebooted; holding the slot for the release delay (%s)", delay))
 	}
 	if err := d.Lock.ReleaseAfter(ctx, d.Config.Lock.ReleaseDelay.Std()); err != nil {
 		return err
 	}
+	return d.released(ctx, log)
+}
+
+func (d *Daemon) released(ctx context.Context, log *slog.Logger) error {
 	log.Info("reboot done; slot released")
 	d.event(ctx, log, "Normal", ReasonSlotReleased, "Reboot done; reboot slot released")
 	d.setStateMetric("idle")

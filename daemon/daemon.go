@@ -47,6 +47,7 @@ type Locker interface {
 	Cordon(ctx context.Context) (was bool, err error)
 	Confirm(ctx context.Context) (claim.Claim, error)
 	Release(ctx context.Context) error
+	ReleaseUncordoned(ctx context.Context) error
 	ReleaseAfter(ctx context.Context, delay time.Duration) error
 	Status() lock.Status
 	SetPaused(paused bool)

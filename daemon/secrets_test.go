@@ -49,6 +49,7 @@ func (l *idleLock) Update(context.Context, func(*claim.Claim)) (claim.Claim, err
 func (l *idleLock) Cordon(context.Context) (bool, error)              { return false, errNotHere }
 func (l *idleLock) Confirm(context.Context) (claim.Claim, error)      { return claim.Claim{}, errNotHere }
 func (l *idleLock) Release(context.Context) error                     { return errNotHere }
+func (l *idleLock) ReleaseUncordoned(context.Context) error           { return errNotHere }
 func (l *idleLock) ReleaseAfter(context.Context, time.Duration) error { return errNotHere }
 func (l *idleLock) Status() lock.Status                               { return lock.Status{Position: -1} }
 func (l *idleLock) SetPaused(bool)                                    {}

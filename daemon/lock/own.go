@@ -102,12 +102,20 @@ var errConflict = errors.New("node changed since it was read")
 // and the annotation change together. An error other than errConflict
 // leaves the outcome unknown: callers re-read with Own.
 func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (claim.Claim, error) {
-	return l.writeNode(ctx, state, c, false)
+	return l.writeNode(ctx, state, c, keepSchedule)
 }
 
-// writeNode is write, cordoning the node in the same patch if cordon is
-// set (spec.unschedulable and claim.CordonAnnotation).
-func (l *Lock) writeNode(ctx context.Context, state claim.State, c claim.Claim, cordon bool) (claim.Claim, error) {
+// scheduling is what a claim write does to the node's cordon.
+type scheduling int8
+
+const (
+	keepSchedule scheduling = iota
+	cordonNode              // spec.unschedulable and claim.CordonAnnotation set
+	uncordonNode            // both removed
+)
+
+// writeNode is write, cordoning or uncordoning the node in the same patch.
+func (l *Lock) writeNode(ctx context.Context, state claim.State, c claim.Claim, sched scheduling) (claim.Claim, error) {
 	cur := l.current()
 	if state != "" && cur.err != nil {
 		// Built on a claim this daemon cannot read (an admin's edit): what
@@ -137,9 +145,13 @@ func (l *Lock) writeNode(ctx context.Context, state claim.State, c claim.Claim, 
 		"labels":          map[string]any{claim.Label: label, claim.LimitsLabel: digest, claim.SinceLabel: since},
 		"annotations":     annotations,
 	}}
-	if cordon {
+	switch sched {
+	case cordonNode:
 		annotations[claim.CordonAnnotation] = "true"
 		patch["spec"] = map[string]any{"unschedulable": true}
+	case uncordonNode:
+		annotations[claim.CordonAnnotation] = nil
+		patch["spec"] = map[string]any{"unschedulable": nil}
 	}
 	body, err := json.Marshal(patch)
 	if err != nil {
@@ -241,7 +253,11 @@ func (l *Lock) Cordon(ctx context.Context) (was bool, err error) {
 		}
 		c, was := cur.claim, cur.unschedulable
 		c.Phase, c.WasUnschedulable, c.Cordoned = claim.PhaseCordoned, was, !was
-		_, err := l.writeNode(ctx, claim.Holding, c, !was)
+		sched := cordonNode
+		if was {
+			sched = keepSchedule
+		}
+		_, err := l.writeNode(ctx, claim.Holding, c, sched)
 		if err == nil {
 			return was, nil
 		}
@@ -270,7 +286,19 @@ func (l *Lock) Confirm(ctx context.Context) (claim.Claim, error) {
 // state it can read, or an unreadable waiting or entering one: after the
 // reboot, or to leave the queue. A claim that changes under it into an
 // unreadable one that says it holds is not removed (ErrUnreadable).
-func (l *Lock) Release(ctx context.Context) error {
+func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, keepSchedule) }
+
+// ReleaseUncordoned is Release that uncordons the node in the same
+// write: the end of a cycle in which kured-host cordoned it, with no
+// release delay. One write, so the slot is never free while the node is
+// still cordoned by its cycle, nor the node uncordoned with the slot still
+// held. A claim gone when it is read again after a failed write was
+// either this write, which landed (the node is uncordoned too), or an
+// admin's removal (nothing uncordoned: the cordon's annotation is still on
+// the Node as read, and the cycle undoes the cordon).
+func (l *Lock) ReleaseUncordoned(ctx context.Context) error { return l.release(ctx, uncordonNode) }
+
+func (l *Lock) release(ctx context.Context, sched scheduling) error {
 	for {
 		cur := l.current()
 		if cur.state == "" {
@@ -283,7 +311,7 @@ func (l *Lock) Release(ctx context.Context) error {
 			// alone until an admin fixes it.
 			return fmt.Errorf("%w: %v", ErrUnreadable, cur.err)
 		}
-		_, err := l.write(ctx, "", claim.Claim{})
+		_, err := l.writeNode(ctx, "", claim.Claim{}, sched)
 		if err == nil {
 			l.stopWatch()
 			l.log.Info("released the claim", "was", string(cur.state))

@@ -104,11 +104,8 @@ func (d *lockDriver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) err
 	}
 	if c.BootID != boot {
 		if !c.WasUnschedulable {
-			n, err := setUnschedulable(ctx, d.client, d.h.Name, false)
-			if err != nil {
-				return err
-			}
-			l.Observe(n)
+			// In the release's own write, as the daemon's cycle does.
+			return l.ReleaseUncordoned(ctx)
 		}
 		return l.Release(ctx)
 	}
@@ -142,8 +139,9 @@ func reboot(ctx context.Context, h *cluster.SimHost) error {
 	return ctx.Err()
 }
 
-// setUnschedulable cordons or uncordons; the slot lock's driver gives
-// the lock the Node as the patch left it, as the daemon's drainer does.
+// setUnschedulable cordons or uncordons, for the kured-style driver (the
+// slot lock's driver cordons and uncordons in its claim writes, as the
+// daemon does).
 func setUnschedulable(ctx context.Context, client kubernetes.Interface, node string, on bool) (*corev1.Node, error) {
 	body := `{"spec":{"unschedulable":null}}`
 	if on {

@@ -198,6 +198,10 @@ func (d *driver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
 		if err := d.step(ctx); err != nil {
 			return err
 		}
+		if !c.WasUnschedulable && d.releaseDelay <= 0 {
+			// In the release's own write, as the daemon's cycle does.
+			return l.ReleaseUncordoned(ctx)
+		}
 		if !c.WasUnschedulable {
 			if err := d.setUnschedulable(ctx, l, false); err != nil {
 				return err
