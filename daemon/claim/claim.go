@@ -45,6 +45,30 @@ func AheadSelector(t time.Time) string {
 	return SinceLabel + "<" + strconv.FormatInt(t.UnixMilli()+1, 10)
 }
 
+// SetCordon adds to a merge patch the fields that cordon the node (on) or
+// undo the cordon as kured-host makes it: spec.unschedulable and the
+// CordonAnnotation, always together, so that the annotation never says
+// more or less than the cordon it marks. The drainer's own patch and the
+// claim's write that records a cordon share this one shape.
+func SetCordon(patch map[string]any, on bool) {
+	var unschedulable, mark any // nil removes
+	if on {
+		unschedulable, mark = true, "true"
+	}
+	patch["spec"] = map[string]any{"unschedulable": unschedulable}
+	meta, _ := patch["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		patch["metadata"] = meta
+	}
+	ann, _ := meta["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+		meta["annotations"] = ann
+	}
+	ann[CordonAnnotation] = mark
+}
+
 // LimitsDigest is a label value that differs for any two different
 // limits: 16 hex digits of the SHA-256 of their JSON (the group rules in
 // the order published; a reordering only makes a claim read, never one

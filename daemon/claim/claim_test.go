@@ -1,11 +1,13 @@
 package claim
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -106,6 +108,44 @@ func TestAheadSelector(t *testing.T) {
 	} {
 		if got := sel.Matches(labels.Set(tc.labels)); got != tc.want {
 			t.Errorf("%s: selected %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// SetCordon's fragment, applied as the API server applies a merge patch,
+// makes or undoes the cordon and its mark together and leaves the rest of
+// the patch and of the Node alone.
+func TestSetCordon(t *testing.T) {
+	const node = `{"metadata":{"annotations":{"other":"kept"}},"spec":{"podCIDR":"10.0.0.0/24"}}`
+	for _, tc := range []struct {
+		name  string
+		on    bool
+		patch map[string]any
+		want  string
+	}{
+		{"cordon", true, map[string]any{},
+			`{"metadata":{"annotations":{"other":"kept","` + CordonAnnotation + `":"true"}},"spec":{"podCIDR":"10.0.0.0/24","unschedulable":true}}`},
+		{"uncordon", false, map[string]any{},
+			`{"metadata":{"annotations":{"other":"kept"}},"spec":{"podCIDR":"10.0.0.0/24"}}`},
+		{"cordon within a claim write", true,
+			map[string]any{"metadata": map[string]any{"annotations": map[string]any{Annotation: "{}"}}},
+			`{"metadata":{"annotations":{"other":"kept","` + Annotation + `":"{}","` + CordonAnnotation + `":"true"}},"spec":{"podCIDR":"10.0.0.0/24","unschedulable":true}}`},
+	} {
+		start := node
+		if !tc.on {
+			start = `{"metadata":{"annotations":{"other":"kept","` + CordonAnnotation + `":"true"}},"spec":{"podCIDR":"10.0.0.0/24","unschedulable":true}}`
+		}
+		SetCordon(tc.patch, tc.on)
+		p, err := json.Marshal(tc.patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := jsonpatch.MergePatch([]byte(start), p)
+		if err != nil {
+			t.Fatalf("%s: apply %s: %v", tc.name, p, err)
+		}
+		if !jsonpatch.Equal(got, []byte(tc.want)) {
+			t.Errorf("%s: patched node %s, want %s", tc.name, got, tc.want)
 		}
 	}
 }

@@ -174,10 +174,11 @@ func limitsOf(ps []Participant) []Limits {
 	return ls
 }
 
-func names(ps []Participant) string {
-	ns := make([]string, len(ps))
-	for i, p := range ps {
-		ns[i] = p.Name
+// names lists the names of ps at the indices in.
+func names(ps []Participant, in []int) string {
+	ns := make([]string, len(in))
+	for j, i := range in {
+		ns[j] = ps[i].Name
 	}
 	return strings.Join(ns, ", ")
 }
@@ -229,24 +230,30 @@ func Verify(self Participant, own Limits, snap []Participant, now time.Time, ttl
 	waiting := claimants(snap, now, ttl)
 	rules := slices.Concat([]Limits{own, self.Claim.Limits, waiting.rule}, limitsOf(others))
 	v := Verdict{Decision: Commit}
+	var in []int // the active claims in a domain, as indices into others
+	lims := make([]Limits, 0, len(others)+2)
 	for _, d := range domainsOf(self, rules) {
-		var members []Participant
-		for _, p := range others {
-			if d.contains(&p) {
-				members = append(members, p)
+		in, lims = in[:0], append(lims[:0], own, self.Claim.Limits)
+		for i := range others {
+			if d.contains(&others[i]) {
+				in = append(in, i)
+				lims = append(lims, others[i].Claim.Limits)
 			}
 		}
-		lim, ok := d.limit(append([]Limits{own, self.Claim.Limits}, limitsOf(members)...))
+		lim, ok := d.limit(lims)
 		lim, ok = waiting.bind(d, lim, ok)
-		if !ok || len(members)+1 <= lim {
+		if !ok || len(in)+1 <= lim {
 			continue
 		}
-		ahead := slices.DeleteFunc(slices.Clone(members), func(p Participant) bool {
-			return p.Claim.State == Entering && p.Err == nil && precedes(self, p)
-		})
-		full := fmt.Sprintf("%s is full: %d of %d taken (%s)", d, len(members), lim, names(members))
+		ahead := 0 // holders, and entering claims not behind self
+		for _, i := range in {
+			if p := others[i]; p.Claim.State != Entering || p.Err != nil || !precedes(self, p) {
+				ahead++
+			}
+		}
+		full := fmt.Sprintf("%s is full: %d of %d taken (%s)", d, len(in), lim, names(others, in))
 		switch {
-		case len(ahead)+1 > lim:
+		case ahead+1 > lim:
 			return Verdict{Decision: StepBack, Reason: full}
 		case v.Decision == Commit:
 			v = Verdict{Decision: Stay, Reason: full + "; the entering ones behind this node will step back"}
@@ -350,11 +357,7 @@ func blocks(w Participant, admitted []Participant, waiting claimed) string {
 		lim, ok := d.limit(lims)
 		lim, ok = waiting.bind(d, lim, ok)
 		if ok && len(in)+1 > lim {
-			ns := make([]string, len(in))
-			for j, i := range in {
-				ns[j] = admitted[i].Name
-			}
-			return fmt.Sprintf("%s is full: %d of %d (%s)", d, len(in), lim, strings.Join(ns, ", "))
+			return fmt.Sprintf("%s is full: %d of %d (%s)", d, len(in), lim, names(admitted, in))
 		}
 	}
 	return ""

@@ -8,6 +8,7 @@ package drain
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -80,11 +81,10 @@ func (d *Drainer) Uncordon(ctx context.Context) error { return d.setUnschedulabl
 const CordonAnnotation = claim.CordonAnnotation
 
 func (d *Drainer) setUnschedulable(ctx context.Context, on bool) error {
-	body := `{"spec":{"unschedulable":null},"metadata":{"annotations":{"` + CordonAnnotation + `":null}}}`
-	if on {
-		body = `{"spec":{"unschedulable":true},"metadata":{"annotations":{"` + CordonAnnotation + `":"true"}}}`
-	}
-	n, err := d.Client.CoreV1().Nodes().Patch(ctx, d.Node, types.MergePatchType, []byte(body), metav1.PatchOptions{FieldManager: "kured-host"})
+	patch := map[string]any{}
+	claim.SetCordon(patch, on)
+	body, _ := json.Marshal(patch) // maps of strings, bools and nils: cannot fail
+	n, err := d.Client.CoreV1().Nodes().Patch(ctx, d.Node, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "kured-host"})
 	if err != nil {
 		verb := "uncordon"
 		if on {

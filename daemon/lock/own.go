@@ -139,19 +139,13 @@ func (l *Lock) writeNode(ctx context.Context, state claim.State, c claim.Claim, 
 			digest, since = claim.LimitsDigest(c.Limits), claim.SinceValue(c.Since)
 		}
 	}
-	annotations := map[string]any{claim.Annotation: ann}
 	patch := map[string]any{"metadata": map[string]any{
 		"resourceVersion": cur.rv,
 		"labels":          map[string]any{claim.Label: label, claim.LimitsLabel: digest, claim.SinceLabel: since},
-		"annotations":     annotations,
+		"annotations":     map[string]any{claim.Annotation: ann},
 	}}
-	switch sched {
-	case cordonNode:
-		annotations[claim.CordonAnnotation] = "true"
-		patch["spec"] = map[string]any{"unschedulable": true}
-	case uncordonNode:
-		annotations[claim.CordonAnnotation] = nil
-		patch["spec"] = map[string]any{"unschedulable": nil}
+	if sched != keepSchedule {
+		claim.SetCordon(patch, sched == cordonNode)
 	}
 	body, err := json.Marshal(patch)
 	if err != nil {

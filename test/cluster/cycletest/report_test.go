@@ -74,6 +74,19 @@ func TestOperatorSignals(t *testing.T) {
 	}
 	waitDone(t, ctx, n)
 
+	// SlotReleased is recorded just after the release the wait above saw,
+	// and after the uncordon's message: with no release delay the release
+	// write is the uncordon, so the message follows it.
+	wantReasons := []string{"RebootRequired", "WaitingForSlot", "SlotAcquired", "Cordoned", "Drained", "Rebooting", "Rebooted", "Uncordoned", "SlotReleased"}
+	var reasons []string
+	waitFor(t, ctx, "the SlotReleased event", func() bool {
+		reasons = eventReasons(t, name)
+		return len(reasons) > 0 && reasons[len(reasons)-1] == "SlotReleased"
+	})
+	if !slices.Equal(reasons, wantReasons) {
+		t.Errorf("events %q, want %q", reasons, wantReasons)
+	}
+
 	mu.Lock()
 	var messages []string
 	for _, d := range got {
@@ -97,17 +110,6 @@ func TestOperatorSignals(t *testing.T) {
 	}
 	if _, ok := node.Annotations[marks.InProgress]; ok || node.Annotations[marks.MostRecentNeeded] == "" || node.Labels["example.com/reboot"] != "done" {
 		t.Errorf("after the cycle: annotations %v, labels %v", node.Annotations, node.Labels)
-	}
-
-	// SlotReleased is recorded just after the release the wait above saw.
-	wantReasons := []string{"RebootRequired", "WaitingForSlot", "SlotAcquired", "Cordoned", "Drained", "Rebooting", "Rebooted", "Uncordoned", "SlotReleased"}
-	var reasons []string
-	waitFor(t, ctx, "the SlotReleased event", func() bool {
-		reasons = eventReasons(t, name)
-		return len(reasons) > 0 && reasons[len(reasons)-1] == "SlotReleased"
-	})
-	if !slices.Equal(reasons, wantReasons) {
-		t.Errorf("events %q, want %q", reasons, wantReasons)
 	}
 
 	scrape := func() string {
