@@ -150,6 +150,11 @@ type result struct {
 	HeartbeatBusy      latency `json:"heartbeatBusiestSecond"`
 	HeartbeatThrottled int     `json:"heartbeatThrottled"`
 	HeartbeatFailed    int     `json:"heartbeatFailed"`
+	// The machine over the same three stretches: CPU and the heartbeat
+	// level's queue waits (apf_test.go).
+	LoadIdle load `json:"loadIdle"`
+	LoadRoll load `json:"loadRoll"`
+	LoadBusy load `json:"loadBusiestSecond"`
 }
 
 // latency is a sample of request times.
@@ -264,15 +269,17 @@ func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollC
 	budget time.Duration, memBefore memStats) result {
 	tb.Helper()
 	var idle []cluster.Heartbeat
+	var idleLoad load
 	if c.Nodes >= 200 {
 		// Every stand-in renews its Lease every 10 s.
-		from := time.Now()
+		from, fromLoad := time.Now(), sampleLoad()
 		if err := sleep(ctx, 12*time.Second); err != nil {
 			tb.Fatal(err)
 		}
-		idle = cp.Heartbeats(from, time.Now())
+		idle, idleLoad = cp.Heartbeats(from, time.Now()), loadBetween(fromLoad, sampleLoad())
 	}
 	sampler := startMemSampler()
+	loads := startLoadSampler()
 	cpuBefore := cpuTime()
 	watchBefore := f.meter.snapshot()
 	start := time.Now()
@@ -285,6 +292,7 @@ func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollC
 	watch := f.meter.snapshot().sub(watchBefore)
 	cpu := cpuTime() - cpuBefore
 	mem := sampler.stop()
+	samples := loads.stop()
 	if err := w.check(); err != nil {
 		tb.Fatal(err)
 	}
@@ -302,6 +310,9 @@ func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollC
 	}
 	r := measure(c, strategy, start, end, slots, reqs, watch, cpu, memBefore, mem)
 	heartbeats(&r, idle, cp.Heartbeats(start, end), reqs, all.Between(start, end))
+	_, busiest := reqs.PeakPerSecond()
+	r.LoadIdle, r.LoadRoll = idleLoad, loadAround(samples, start, end)
+	r.LoadBusy = loadAround(samples, busiest, busiest.Add(time.Second))
 	if !finished {
 		// The makespan is at least the budget.
 		r.Makespan, r.Ratio = budget.Seconds(), budget.Seconds()/r.Ideal
