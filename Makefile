@@ -87,7 +87,7 @@ test-integration: ## tests against a real kube-apiserver (test/cluster)
 VM_DIST := $(DIST)/vm
 VM_UPGRADE_VERSION = $(VERSION)$(if $(findstring +,$(VERSION)),.,+)vm.upgrade
 
-test-vm: ## a real Debian VM: apt install, systemctl enable, a real logind reboot (root, qemu)
+test-vm: ## a real Debian VM: apt install, systemctl enable, a real logind reboot, the real kubelet (root, qemu; VM_RUN=TestName for one)
 	@tools/need.sh qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils mmdebstrap:mmdebstrap \
 	  zstd:zstd mkfs.ext4:e2fsprogs ip:iproute2 flock:util-linux gcc:gcc
 	@rm -rf $(VM_DIST) && mkdir -p $(VM_DIST)/upgrade
@@ -97,7 +97,7 @@ test-vm: ## a real Debian VM: apt install, systemctl enable, a real logind reboo
 	@cp $(DIST)/kured-host_*_amd64.deb $(VM_DIST)/
 	image=$$(test/vm/image.sh) && cd test/cluster && \
 	  KURED_HOST_VM=1 KURED_HOST_VM_IMAGE="$$image" KURED_HOST_VM_DEBS=$(abspath $(VM_DIST)) \
-	  CGO_ENABLED=1 $(GO) test -count=1 -v -timeout 60m ./vmtest/
+	  CGO_ENABLED=1 $(GO) test -count=1 -v -timeout 60m $(if $(VM_RUN),-run '$(VM_RUN)') ./vmtest/
 
 model-full: tools ## the spin model with every fault at once (minutes, 3 GB); make test runs the rest
 	KURED_HOST_MODEL_FULL=1 $(GO) test -count=1 -v -timeout 60m -run 'TestModel/safety_with_crashes,_lost' ./model/

@@ -30,7 +30,11 @@ type NodeState struct {
 	ClaimErr      error
 	Unschedulable bool
 	Ready         bool
-	BootID        string
+	// ReadyMessage is the Ready condition's message: the kubelet's word
+	// for why a node is not ready ("node is shutting down" during a
+	// graceful node shutdown).
+	ReadyMessage string
+	BootID       string
 	// AdminHeld: the claim is unreadable because an admin wrote it (the
 	// simulator knows who wrote what; a watch does not).
 	AdminHeld bool
@@ -61,6 +65,11 @@ func StateOf(n *corev1.Node, rv uint64, deleted bool, seen time.Time) NodeState 
 		Unschedulable: n.Spec.Unschedulable,
 		Ready:         Ready(n),
 		BootID:        n.Status.NodeInfo.BootID,
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			s.ReadyMessage = c.Message
+		}
 	}
 	if s.ClaimLabel != "" || n.Annotations[claim.Annotation] != "" {
 		s.Claim, s.ClaimErr = claim.Parse(s.ClaimLabel, n.Annotations[claim.Annotation])

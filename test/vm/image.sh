@@ -59,15 +59,19 @@ echo "vm image: building $out (Debian bookworm, mmdebstrap; about 2 minutes)" >&
 
 # Kernel modules the VM loads: the initramfs's (root disk), the network,
 # the 9p share, the random number generator and what systemd asks for.
-keep_modules="virtio_pci virtio_blk virtio_net virtio_rng 9p 9pnet_virtio ext4 crc32c_generic crc32c_intel autofs4"
+# overlay, bridge and veth: containerd's snapshotter and the pods' network
+# (the CNI bridge plugin), for the real kubelet.
+keep_modules="virtio_pci virtio_blk virtio_net virtio_rng 9p 9pnet_virtio ext4 crc32c_generic crc32c_intel autofs4 overlay bridge veth"
 
 # minbase plus what a node runs: systemd as init with logind and networkd,
-# D-Bus (logind's bus), udev, the kernel and its initramfs tools. No
+# D-Bus (logind's bus), udev, the kernel and its initramfs tools, and
+# Debian's container runtime (containerd, runc, the CNI plugins) for the
+# real kubelet. No
 # documentation, manual pages or translations (dpkg skips them during the
 # build; the exclusion is removed so that the guest installs packages
 # whole).
 mmdebstrap --variant=minbase --mode=root \
-	--include=systemd,systemd-sysv,dbus,udev,kmod,iproute2,procps,linux-image-amd64,initramfs-tools,zstd \
+	--include=systemd,systemd-sysv,dbus,udev,kmod,iproute2,procps,linux-image-amd64,initramfs-tools,zstd,containerd,runc,containernetworking-plugins \
 	--aptopt='Acquire::Check-Valid-Until "false"' \
 	--aptopt='APT::Install-Recommends "false"' \
 	--dpkgopt='path-exclude=/usr/share/doc/*' \
@@ -89,6 +93,9 @@ mmdebstrap --variant=minbase --mode=root \
 cp -a "$here/guest/." "$root/"
 chroot "$root" systemctl enable systemd-networkd.service kubelet.service \
 	kured-host-vm-agent.service kured-host-vm-boot.service
+# containerd runs only where the real kubelet does: kubelet.service's
+# provisioning starts it.
+chroot "$root" systemctl disable containerd.service
 chroot "$root" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer \
 	getty@tty1.service serial-getty@ttyS0.service
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/log/*.log \

@@ -169,6 +169,12 @@ func prepare(run string) (accel string, err error) {
 	if _, err := cluster.BuildKuredHost(run); err != nil {
 		return "", err
 	}
+	if err := buildKubelet(run); err != nil {
+		return "", err
+	}
+	if err := writeImages(filepath.Join(run, "images"), filepath.Join(run, "kured-host-vm-guest")); err != nil {
+		return "", fmt.Errorf("the container images: %w", err)
+	}
 	unzst := exec.Command("zstd", "-q", "-d", "--sparse", filepath.Join(image, "disk.raw.zst"), "-o", filepath.Join(run, "disk.raw"))
 	if out, err := unzst.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("unpack the disk: %v\n%s", err, out)

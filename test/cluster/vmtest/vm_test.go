@@ -33,6 +33,9 @@ type VM struct {
 	Name string // the node's name: the guest's host name
 	Dir  string // this test's directory: overlay, share, serial logs
 	t    *testing.T
+	// realKubelet: the real kubelet and containerd run in the guest
+	// (kubelet_test.go), not the stand-in.
+	realKubelet bool
 
 	mu       sync.Mutex
 	boots    int // qemu runs so far: 1, then 2 after a reboot...
@@ -50,8 +53,20 @@ type VM struct {
 // directory removed (unless the test failed) when the test ends.
 func startVM(t *testing.T, ctx context.Context, name string) *VM {
 	t.Helper()
+	return bootVM(t, ctx, name, false)
+}
+
+// startRealKubeletVM is startVM with the real kubelet and containerd in
+// the guest, set up as kubeadm sets up a node.
+func startRealKubeletVM(t *testing.T, ctx context.Context, name string) *VM {
+	t.Helper()
+	return bootVM(t, ctx, name, true)
+}
+
+func bootVM(t *testing.T, ctx context.Context, name string, realKubelet bool) *VM {
+	t.Helper()
 	dir := filepath.Join(env.run, strings.ReplaceAll(t.Name(), "/", "_"))
-	v := &VM{Name: name, Dir: dir, t: t, done: make(chan struct{}), client: &http.Client{}}
+	v := &VM{Name: name, Dir: dir, t: t, realKubelet: realKubelet, done: make(chan struct{}), client: &http.Client{}}
 	if err := v.prepare(); err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +117,11 @@ func (v *VM) prepare() error {
 	}
 	if err := writeNodeCredentials(filepath.Join(share, "node"), v.Name); err != nil {
 		return err
+	}
+	if v.realKubelet {
+		if err := shareKubelet(share); err != nil {
+			return err
+		}
 	}
 	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", env.disk,
 		filepath.Join(v.Dir, "overlay.qcow2")).CombinedOutput()
@@ -180,8 +200,12 @@ func (v *VM) qemu(n int) error {
 	if env.accel == "kvm" {
 		cpu = "host"
 	}
+	mem := "1024"
+	if v.realKubelet {
+		mem = "2048" // the kubelet, containerd and a pod beside kured-host
+	}
 	args := []string{
-		"-machine", "q35", "-accel", env.accel, "-cpu", cpu, "-smp", "2", "-m", "1024",
+		"-machine", "q35", "-accel", env.accel, "-cpu", cpu, "-smp", "2", "-m", mem,
 		"-nodefaults", "-display", "none", "-no-reboot",
 		"-serial", "file:" + v.serialPath(n),
 		"-kernel", filepath.Join(env.image, "vmlinuz"), "-initrd", filepath.Join(env.image, "initrd.img"),

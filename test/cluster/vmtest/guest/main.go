@@ -4,6 +4,10 @@
 //
 //	kubelet --kubeconfig /etc/kubernetes/kubelet.conf  (a link named kubelet)
 //	kured-host-vm-guest agent --listen :7050
+//	kured-host-vm-guest provision  (kubelet.service's ExecStartPre)
+//
+// and as the entrypoint of the two container images the test imports for
+// the real kubelet (pause, workload).
 //
 // kubelet is the stand-in for the node's kubelet, with the node's own
 // credentials: it registers the Node (named after the host, as the kubelet
@@ -50,7 +54,7 @@ func main() {
 		args = append([]string{args[0], "kubelet"}, args[1:]...)
 	}
 	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: kured-host-vm-guest kubelet|agent [flags]")
+		fmt.Fprintln(os.Stderr, "usage: kured-host-vm-guest kubelet|agent|provision|pause|workload [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -59,6 +63,15 @@ func main() {
 		err = runKubelet(ctx, log.With("component", "kubelet"), args[2:])
 	case "agent":
 		err = runAgent(ctx, log.With("component", "agent"), args[2:])
+	case "provision":
+		err = runProvision(ctx, log.With("component", "provision"))
+	case "pause", "workload":
+		// The entrypoints of the test's container images: the pod
+		// sandbox's process, and a workload that says when it is
+		// stopped. Both end on SIGTERM, as a well-behaved container does.
+		say(log, args[1]+" started")
+		<-ctx.Done()
+		say(log, args[1]+" stopping: SIGTERM")
 	default:
 		fmt.Fprintf(os.Stderr, "kured-host-vm-guest: unknown command %q\n", args[1])
 		os.Exit(2)
@@ -76,4 +89,24 @@ func bootID() (string, error) {
 		return "", err
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// workloadLog is where a container says what it does when the test mounts
+// a host directory there: the node's disk keeps it after the kubelet has
+// removed the container and its log.
+const workloadLog = "/vmtest/workload.log"
+
+// say logs msg, and appends it to workloadLog if its directory is there.
+func say(log *slog.Logger, msg string) {
+	log.Info(msg, "pid", os.Getpid())
+	if _, err := os.Stat(filepath.Dir(workloadLog)); err != nil {
+		return
+	}
+	f, err := os.OpenFile(workloadLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		log.Warn("cannot keep the line on the host", "err", err)
+		return
+	}
+	defer f.Close()
+	fmt.Fprintln(f, msg)
 }

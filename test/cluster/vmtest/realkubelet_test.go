@@ -1,0 +1,269 @@
+package vmtest
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/test/cluster"
+)
+
+// TestRealKubelet: the real kubelet (the harness's Kubernetes version)
+// and Debian's containerd in the VM, with graceful node shutdown on. The
+// kubelet registers the Node itself and holds logind's delay inhibitor,
+// which kured-host does not count as a blocker (a block-mode one it
+// does). A replicated pod runs the workload image in a real container,
+// under a budget. With two simulated peers, one slot: the VM waits its
+// turn, cordons, drains (the kubelet stops the container, which says it
+// got SIGTERM), asks logind to reboot; the kubelet's inhibitor delays the
+// shutdown while it reports the node shutting down; the VM reboots; the
+// kubelet reports the new boot; kured-host uncordons and releases. The
+// auditor and the serial console give the order.
+func TestRealKubelet(t *testing.T) {
+	ctx := scenario(t, 10*time.Minute)
+	v := startRealKubeletVM(t, ctx, "vm-kubelet")
+	node, err := env.cp.Admin.CoreV1().Nodes().Get(ctx, v.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := node.Status.NodeInfo
+	t.Logf("the Node as the kubelet registered it: kubelet %s, runtime %s, %s, kernel %s, labels %v",
+		info.KubeletVersion, info.ContainerRuntimeVersion, info.OSImage, info.KernelVersion, node.Labels)
+	if !strings.HasPrefix(info.ContainerRuntimeVersion, "containerd://") {
+		t.Errorf("container runtime %q, want containerd", info.ContainerRuntimeVersion)
+	}
+
+	// Graceful node shutdown: the kubelet's delay inhibitor.
+	inhibitors := v.Must(ctx, "systemd-inhibit --list --no-pager")
+	t.Logf("logind's inhibitors with the kubelet running:\n%s", inhibitors)
+	if !regexp.MustCompile(`(?m)kubelet.*shutdown.*delay`).MatchString(inhibitors) {
+		t.Errorf("no delay inhibitor of the kubelet for shutdown")
+	}
+
+	peers := []*peer{startPeer(t, ctx, "vm-kubelet-peer-1"), startPeer(t, ctx, "vm-kubelet-peer-2")}
+	scope := map[string]bool{v.Name: true}
+	for _, p := range peers {
+		scope[p.h.Name] = true
+	}
+	install(ctx, v)
+	dropIn(ctx, v, "50-vmtest.toml", fastRecheck)
+	if code, out := v.Exit(ctx, "kured-host check"); code != 0 {
+		t.Errorf("kured-host check with the real kubelet: exit status %d:\n%s", code, out)
+	} else {
+		t.Logf("kured-host check with the real kubelet:\n%s", out)
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), "fail") {
+				t.Errorf("kured-host check: %s", l)
+			}
+		}
+	}
+	enable(ctx, v)
+
+	// kured-host counts a block-mode inhibitor as a blocker, never the
+	// kubelet's delay one: with only the kubelet's, the status is idle
+	// (enable waited for it); with a block-mode one as well, a reboot
+	// needed waits for it.
+	v.Must(ctx, "systemd-run --unit=vmtest-block systemd-inhibit --what=shutdown --mode=block --who=vmtest --why='a block-mode inhibitor' sleep infinity")
+	v.Must(ctx, "touch /run/reboot-required")
+	blocked := waitStatus(ctx, v, "reboot needed; waiting: inhibitors")
+	t.Logf("with a block-mode inhibitor: %q", blocked)
+	if strings.Contains(blocked, "kubelet") {
+		t.Errorf("the kubelet's delay inhibitor counted as a blocker: %q", blocked)
+	}
+	if st, _, _ := claimOf(t, ctx, v.Name); st != "" {
+		t.Errorf("claim %q while a block-mode inhibitor holds", st)
+	}
+
+	pod := realPodOn(t, ctx, "vmtest", "web-kubelet", v.Name)
+	a, err := env.cp.StartAuditor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	a.Scope = func(n string) bool { return scope[n] }
+
+	oldBoot := v.WaitUp(ctx, "")
+	began := time.Now()
+	for _, p := range peers {
+		if err := p.h.SetRebootRequired(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "a peer holding a slot", func() bool {
+		for _, p := range peers {
+			if st, _, _ := claimOf(t, ctx, p.h.Name); st == claim.Holding {
+				return true
+			}
+		}
+		return false
+	})
+	v.Must(ctx, "systemctl stop vmtest-block")
+	waiting := waitStatus(ctx, v, "waiting for a reboot slot")
+	t.Logf("the VM's kured-host, the block-mode inhibitor gone: %q", waiting)
+
+	v.waitFor(ctx, "the VM to reboot", func() bool { return v.Boots() >= 2 })
+	rebootAt := time.Since(began)
+	newBoot := v.WaitUp(ctx, oldBoot)
+	upAt := time.Since(began)
+	waitFor(t, ctx, "the VM's slot released", func() bool {
+		st, _, unsched := claimOf(t, ctx, v.Name)
+		return st == "" && !unsched
+	})
+	releasedAt := time.Since(began)
+	for _, p := range peers {
+		waitFor(t, ctx, p.h.Name+" rebooted and released", func() bool {
+			st, _, _ := claimOf(t, ctx, p.h.Name)
+			return p.h.Boots() >= 2 && st == ""
+		})
+	}
+	t.Logf("from the sentinels: VM rebooting %s, VM back %s, VM's slot released %s, all done %s",
+		rebootAt.Round(100*time.Millisecond), upAt.Round(100*time.Millisecond), releasedAt.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
+
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Check(limits); err != nil {
+		t.Error(err)
+	}
+	checkKubeletTimeline(t, a, v.Name, oldBoot, newBoot)
+
+	if _, err := env.cp.Admin.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod %s/%s was not drained: %v", pod.Namespace, pod.Name, err)
+	}
+	// What the container said, in the host directory it wrote to (the
+	// kubelet removes a deleted pod's logs): it got SIGTERM and ended.
+	logs := v.Must(ctx, "cat "+workloadHostDir+"/workload.log")
+	t.Logf("the workload's lines:\n%s", logs)
+	for _, want := range []string{"workload started", "workload stopping: SIGTERM"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the workload's log lacks %q", want)
+		}
+	}
+
+	waitFor(t, ctx, "the daemon's last line on the serial console", func() bool {
+		return strings.Contains(v.Serial(2), "slot released")
+	})
+	re := regexp.MustCompile(`boot ID|kured-host\[\d+\]: .*(joined|took a reboot slot|cordoned|drained|rebooting|back after|slot released)|systemd-logind|[Ss]hutdown manager|Restarting system|Started kubelet|Stopped kubelet`)
+	t.Logf("serial console, boot 1:\n%s", strings.Join(v.Excerpt(1, re), "\n"))
+	t.Logf("serial console, boot 2:\n%s", strings.Join(v.Excerpt(2, re), "\n"))
+	checkInOrder(t, "boot 1's serial console", v.Serial(1), []string{
+		"kured-host-vm: boot ID " + oldBoot,
+		"took a reboot slot",
+		"drained",
+		"rebooting",
+		"System is rebooting",
+		"reboot: Restarting system",
+	})
+	checkInOrder(t, "boot 2's serial console", v.Serial(2), []string{
+		"kured-host-vm: boot ID " + newBoot,
+		"back after the reboot",
+		"slot released",
+	})
+	shutdown := v.Must(ctx, "journalctl -b -1 -u kubelet --no-pager -g 'hutdown'")
+	t.Logf("the kubelet's shutdown handling in the first boot's journal:\n%s", tail(shutdown, 4000))
+}
+
+// checkKubeletTimeline checks, in the auditor's record of the VM's Node,
+// the order the kubelet and kured-host went through: the slot taken and
+// the node cordoned in the old boot; the kubelet reporting the node not
+// ready, shutting down, in the old boot (graceful node shutdown); the new
+// boot reported Ready; and only then the release.
+func checkKubeletTimeline(t *testing.T, a *cluster.Auditor, node, oldBoot, newBoot string) {
+	t.Helper()
+	var held, cordoned, shuttingDown, newReady, released int
+	for i, s := range a.History() {
+		if s.Node != node {
+			continue
+		}
+		switch {
+		case held == 0 && s.Holding():
+			held = i + 1
+		}
+		if held > 0 && cordoned == 0 && s.Unschedulable {
+			cordoned = i + 1
+		}
+		if cordoned > 0 && shuttingDown == 0 && !s.Ready && s.BootID == oldBoot && strings.Contains(s.ReadyMessage, "shutting down") {
+			shuttingDown = i + 1
+			t.Logf("the kubelet reported the shutdown: Ready false, %q", s.ReadyMessage)
+		}
+		if newReady == 0 && s.Ready && s.BootID == newBoot {
+			newReady = i + 1
+		}
+		if newReady > 0 && released == 0 && s.ClaimLabel == "" {
+			released = i + 1
+		}
+	}
+	t.Logf("the VM's Node in the auditor's record (revision index): slot taken %d, cordoned %d, kubelet shutting down %d, new boot Ready %d, released %d",
+		held, cordoned, shuttingDown, newReady, released)
+	if held == 0 || cordoned == 0 || shuttingDown == 0 || newReady == 0 || released == 0 {
+		t.Errorf("the Node's record lacks a step (0): slot %d, cordoned %d, kubelet shutting down %d, new boot Ready %d, released %d",
+			held, cordoned, shuttingDown, newReady, released)
+	}
+}
+
+// checkInOrder checks that each of want appears in log after the one
+// before it.
+func checkInOrder(t *testing.T, what, log string, want []string) {
+	t.Helper()
+	at := 0
+	for _, w := range want {
+		i := strings.Index(log[at:], w)
+		if i < 0 {
+			t.Errorf("%s: %q not found after %q", what, w, log[max(0, at-80):at])
+			return
+		}
+		at += i + len(w)
+	}
+}
+
+// workloadHostDir is the VM's directory the workload's container writes
+// its lines to (mounted at /vmtest).
+const workloadHostDir = "/var/lib/vmtest-workload"
+
+// realPodOn is podOn for the real kubelet: the workload image, which is
+// imported, never pulled, and no service account token (the harness runs
+// no controller that would publish the root CA for it).
+func realPodOn(t *testing.T, ctx context.Context, ns, name, node string) *corev1.Pod {
+	t.Helper()
+	cp := env.cp
+	if err := cp.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": name}
+	rs, err := cp.ReplicaSet(ctx, ns, name, 1, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.PDB(ctx, ns, name, 0, labels); err != nil {
+		t.Fatal(err)
+	}
+	p := replicaPod(rs, name, node)
+	p.Spec.AutomountServiceAccountToken = ptr.To(false)
+	p.Spec.Containers[0].Image = workloadImage
+	p.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+	p.Spec.Volumes = []corev1.Volume{{Name: "out", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: workloadHostDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}}}
+	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "out", MountPath: "/vmtest"}}
+	p, err = cp.Admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A real container under emulation: the sandbox, the network, the
+	// image's first unpack take longer than cp.WaitRunning waits.
+	waitFor(t, ctx, "pod "+ns+"/"+name+" running on "+node, func() bool {
+		got, err := cp.Admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.PodRunning
+	})
+	if err := cp.WaitPDB(ctx, ns, name, 1); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
