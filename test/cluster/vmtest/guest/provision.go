@@ -38,7 +38,7 @@ func runProvision(ctx context.Context, log *slog.Logger) error {
 		return link(standInProgram, kubeletLink)
 	}
 	for src, dst := range map[string]string{
-		filepath.Join(shareKubelet, "config.yaml"):        kubeletConfig,
+		filepath.Join(shareKubelet, "config.yaml"):       kubeletConfig,
 		filepath.Join(shareKubelet, "kubeadm-flags.env"): kubeadmFlags,
 	} {
 		if err := install(src, dst); err != nil {
