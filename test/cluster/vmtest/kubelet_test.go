@@ -38,7 +38,9 @@ const (
 // critical pods), the systemd cgroup driver, containerd's socket. No
 // webhook authentication or authorization (the API server never calls
 // this kubelet), no DNS (the VM has none), eviction thresholds and image
-// garbage collection out of the way of a 2 GB disk.
+// garbage collection out of the way of a 2 GB disk. The shutdown
+// manager's own lines (verbosity 1) reach the journal, and so the serial
+// console.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: systemd
@@ -60,6 +62,10 @@ evictionHard:
   nodefs.inodesFree: 1%
   imagefs.available: 1%
 imageGCHighThresholdPercent: 100
+logging:
+  vmodule:
+  - filePattern: "nodeshutdown_manager*"
+    verbosity: 1
 `
 
 // kubeadmFlags is what kubeadm writes to /var/lib/kubelet/kubeadm-flags.env

@@ -2,6 +2,7 @@ package vmtest
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,12 +22,15 @@ import (
 // kubelet registers the Node itself and holds logind's delay inhibitor,
 // which kured-host does not count as a blocker (a block-mode one it
 // does). A replicated pod runs the workload image in a real container,
-// under a budget. With two simulated peers, one slot: the VM waits its
-// turn, cordons, drains (the kubelet stops the container, which says it
-// got SIGTERM), asks logind to reboot; the kubelet's inhibitor delays the
-// shutdown while it reports the node shutting down; the VM reboots; the
-// kubelet reports the new boot; kured-host uncordons and releases. The
-// auditor and the serial console give the order.
+// under a budget that first refuses its eviction. With two simulated
+// peers, one slot: the VM waits its turn, cordons and drains; the kubelet
+// is restarted in the middle of the drain (the container keeps running,
+// the drain goes on, the slot stays held, no reboot); the budget lets go,
+// the kubelet stops the container (which says it got SIGTERM); kured-host
+// asks logind to reboot; the kubelet's inhibitor delays the shutdown while
+// it reports the node shutting down; the VM reboots; the kubelet reports
+// the new boot; kured-host uncordons and releases. The auditor and the
+// serial console give the order.
 func TestRealKubelet(t *testing.T) {
 	ctx := scenario(t, 10*time.Minute)
 	v := startRealKubeletVM(t, ctx, "vm-kubelet")
@@ -83,6 +87,12 @@ func TestRealKubelet(t *testing.T) {
 	}
 
 	pod := realPodOn(t, ctx, "vmtest", "web-kubelet", v.Name)
+	if _, err := env.cp.PDB(ctx, pod.Namespace, pod.Name, 1, pod.Labels); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.cp.WaitPDB(ctx, pod.Namespace, pod.Name, 0); err != nil {
+		t.Fatal(err)
+	}
 	a, err := env.cp.StartAuditor(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +118,12 @@ func TestRealKubelet(t *testing.T) {
 	v.Must(ctx, "systemctl stop vmtest-block")
 	waiting := waitStatus(ctx, v, "waiting for a reboot slot")
 	t.Logf("the VM's kured-host, the block-mode inhibitor gone: %q", waiting)
+
+	waitStatus(ctx, v, "holding a reboot slot: draining")
+	restartKubeletMidDrain(t, ctx, v, oldBoot)
+	if err := env.cp.Admin.PolicyV1().PodDisruptionBudgets(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	v.waitFor(ctx, "the VM to reboot", func() bool { return v.Boots() >= 2 })
 	rebootAt := time.Since(began)
@@ -158,7 +174,9 @@ func TestRealKubelet(t *testing.T) {
 		"kured-host-vm: boot ID " + oldBoot,
 		"took a reboot slot",
 		"drained",
-		"rebooting",
+		"msg=rebooting",
+		"Shutdown manager detected new shutdown event",
+		"Shutdown manager completed processing shutdown event",
 		"System is rebooting",
 		"reboot: Restarting system",
 	})
@@ -167,8 +185,43 @@ func TestRealKubelet(t *testing.T) {
 		"back after the reboot",
 		"slot released",
 	})
-	shutdown := v.Must(ctx, "journalctl -b -1 -u kubelet --no-pager -g 'hutdown'")
-	t.Logf("the kubelet's shutdown handling in the first boot's journal:\n%s", tail(shutdown, 4000))
+}
+
+// restartKubeletMidDrain restarts the kubelet while kured-host drains
+// (a budget refuses the eviction): a new kubelet process reports the node
+// Ready in the same boot and takes a new delay inhibitor; the container
+// keeps running; kured-host goes on draining, the node cordoned, the slot
+// held in the same boot, no reboot.
+func restartKubeletMidDrain(t *testing.T, ctx context.Context, v *VM, boot string) {
+	t.Helper()
+	kubeletPID := func() string { return strings.TrimSpace(v.Must(ctx, "systemctl show -p MainPID --value kubelet")) }
+	before := kubeletPID()
+	v.Must(ctx, "systemctl restart kubelet")
+	var after string
+	v.waitFor(ctx, "a new kubelet process", func() bool {
+		after = kubeletPID()
+		return after != before && after != "0"
+	})
+	v.waitFor(ctx, "the new kubelet's delay inhibitor", func() bool {
+		res, err := v.Poll(ctx, "systemd-inhibit --list --no-pager")
+		return err == nil && regexp.MustCompile(`(?m)kubelet\s+\d+\s+\S+\s+`+after+`\s.*shutdown.*delay`).MatchString(res.Output)
+	})
+	v.WaitUp(ctx, "")
+	time.Sleep(10 * time.Second) // a few drain attempts against the budget
+	status := statusText(ctx, v)
+	st, c, unsched := claimOf(t, ctx, v.Name)
+	t.Logf("kubelet restarted mid-drain (pid %s -> %s): kured-host %q, claim %s, phase %s, boot %.8s, unschedulable %v",
+		before, after, status, st, c.Phase, c.BootID, unsched)
+	if st != claim.Holding || c.Phase != claim.PhaseDraining || c.BootID != boot || !unsched || v.Boots() != 1 {
+		t.Fatalf("after the kubelet's restart: claim %q, phase %q, boot %s, unschedulable %v, boots %d; want holding, draining, %s, cordoned, 1",
+			st, c.Phase, c.BootID, unsched, v.Boots(), boot)
+	}
+	if !strings.HasPrefix(status, "holding a reboot slot: draining") {
+		t.Errorf("kured-host's status after the kubelet's restart: %q", status)
+	}
+	if n := strings.Count(v.Must(ctx, "cat "+workloadHostDir+"/workload.log"), "workload started"); n != 1 {
+		t.Errorf("the workload started %d times, want once: the kubelet's restart must not restart the container", n)
+	}
 }
 
 // checkKubeletTimeline checks, in the auditor's record of the VM's Node,
@@ -178,34 +231,35 @@ func TestRealKubelet(t *testing.T) {
 // boot reported Ready; and only then the release.
 func checkKubeletTimeline(t *testing.T, a *cluster.Auditor, node, oldBoot, newBoot string) {
 	t.Helper()
-	var held, cordoned, shuttingDown, newReady, released int
-	for i, s := range a.History() {
-		if s.Node != node {
+	steps := []struct {
+		what string
+		when func(s cluster.NodeState) bool
+	}{
+		{"slot taken", func(s cluster.NodeState) bool { return s.Holding() }},
+		{"cordoned", func(s cluster.NodeState) bool { return s.Unschedulable }},
+		{"kubelet: node is shutting down", func(s cluster.NodeState) bool {
+			return !s.Ready && s.BootID == oldBoot && strings.Contains(s.ReadyMessage, "shutting down")
+		}},
+		{"kubelet: new boot Ready", func(s cluster.NodeState) bool { return s.Ready && s.BootID == newBoot }},
+		{"uncordoned and released", func(s cluster.NodeState) bool { return s.ClaimLabel == "" && !s.Unschedulable }},
+	}
+	// Each step is looked for after the one before it.
+	var seen []time.Time
+	for _, s := range a.History() {
+		if s.Node != node || len(seen) == len(steps) {
 			continue
 		}
-		switch {
-		case held == 0 && s.Holding():
-			held = i + 1
-		}
-		if held > 0 && cordoned == 0 && s.Unschedulable {
-			cordoned = i + 1
-		}
-		if cordoned > 0 && shuttingDown == 0 && !s.Ready && s.BootID == oldBoot && strings.Contains(s.ReadyMessage, "shutting down") {
-			shuttingDown = i + 1
-			t.Logf("the kubelet reported the shutdown: Ready false, %q", s.ReadyMessage)
-		}
-		if newReady == 0 && s.Ready && s.BootID == newBoot {
-			newReady = i + 1
-		}
-		if newReady > 0 && released == 0 && s.ClaimLabel == "" {
-			released = i + 1
+		if steps[len(seen)].when(s) {
+			seen = append(seen, s.Seen)
 		}
 	}
-	t.Logf("the VM's Node in the auditor's record (revision index): slot taken %d, cordoned %d, kubelet shutting down %d, new boot Ready %d, released %d",
-		held, cordoned, shuttingDown, newReady, released)
-	if held == 0 || cordoned == 0 || shuttingDown == 0 || newReady == 0 || released == 0 {
-		t.Errorf("the Node's record lacks a step (0): slot %d, cordoned %d, kubelet shutting down %d, new boot Ready %d, released %d",
-			held, cordoned, shuttingDown, newReady, released)
+	var lines []string
+	for i, at := range seen {
+		lines = append(lines, fmt.Sprintf("%+6.1fs %s", at.Sub(seen[0]).Seconds(), steps[i].what))
+	}
+	t.Logf("the VM's Node as the auditor saw it, from the slot taken:\n%s", strings.Join(lines, "\n"))
+	if len(seen) < len(steps) {
+		t.Errorf("the Node's record lacks %q (or has it out of order)", steps[len(seen)].what)
 	}
 }
 
@@ -242,9 +296,6 @@ func realPodOn(t *testing.T, ctx context.Context, ns, name, node string) *corev1
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cp.PDB(ctx, ns, name, 0, labels); err != nil {
-		t.Fatal(err)
-	}
 	p := replicaPod(rs, name, node)
 	p.Spec.AutomountServiceAccountToken = ptr.To(false)
 	p.Spec.Containers[0].Image = workloadImage
@@ -262,8 +313,5 @@ func realPodOn(t *testing.T, ctx context.Context, ns, name, node string) *corev1
 		got, err := cp.Admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && got.Status.Phase == corev1.PodRunning
 	})
-	if err := cp.WaitPDB(ctx, ns, name, 1); err != nil {
-		t.Fatal(err)
-	}
 	return p
 }
