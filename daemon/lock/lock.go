@@ -118,6 +118,11 @@ type Lock struct {
 	// nodes is the cluster's node count as last read (clusterSize), 0
 	// before: it paces the join.
 	nodes int
+	// nearSpan is the width of places (ms) that held the window's worth
+	// of claims nearest ahead in the last read of them (readNearest), for
+	// this node waiting since nearSince.
+	nearSpan  int64
+	nearSince time.Time
 	// ready is what this daemon last read of other nodes' readiness,
 	// when it reads the queue as metadata.
 	ready readiness

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,9 +45,15 @@ func TestRollCost(t *testing.T) {
 			LogLevel: 100, // nothing: the logs of thousands of daemons cost more than the roll
 		}
 		meter := api.NewMeter()
-		o.Setup = func(w *World) { w.store.Meter = meter }
+		var store atomic.Pointer[api.Store]
+		o.Setup = func(w *World) {
+			w.store.Meter = meter
+			store.Store(w.store)
+		}
 		began := time.Now()
+		stop := heapPeaks(t, fmt.Sprintf("%s.%d", os.Getenv("SIM_COST_HEAP"), n), &store)
 		w, res := runScenario(t, o, 0)
+		stop()
 		for _, v := range res.Violations {
 			t.Errorf("N=%d: violation: %s", n, v)
 		}
@@ -99,4 +108,51 @@ func costRow(w *World, f api.MeterFigures, wall time.Duration) string {
 		nodes, makespan.Round(time.Second), ideal.Round(time.Second), makespan.Seconds()/ideal.Seconds(), t.Round(100*time.Millisecond),
 		f.Requests, float64(f.Requests)/float64(acquisitions), float64(f.Requests)/float64(secs), f.PeakPerSec, f.PeakAt.Sub(w.start.Truncate(time.Second)),
 		float64(f.Bytes)/float64(nodes)/1e6, wall.Round(time.Second))
+}
+
+// heapPeaks, when SIM_COST_HEAP names a file, writes there the heap
+// profile of the largest heap seen in use (looked at every second of
+// wall time, outside the simulation's virtual time), for `go tool pprof`:
+// the simulator's memory grows with the roll.
+func heapPeaks(t *testing.T, path string, store *atomic.Pointer[api.Store]) (stop func()) {
+	if os.Getenv("SIM_COST_HEAP") == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		var peak, stacks, sys uint64
+		goroutines, watches, queued := 0, 0, 0
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				t.Logf("heap profile at the peak (%d MB in use): %s; at most %d MB of stacks, %d MB from the OS, %d goroutines, %d watches, %d events queued",
+					peak>>20, path, stacks>>20, sys>>20, goroutines, watches, queued)
+				return
+			case <-tick.C:
+			}
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			stacks, sys, goroutines = max(stacks, m.StackInuse), max(sys, m.Sys), max(goroutines, runtime.NumGoroutine())
+			if s := store.Load(); s != nil {
+				w, q := s.WatchStats()
+				watches, queued = max(watches, w), max(queued, q)
+			}
+			if m.HeapInuse <= peak {
+				continue
+			}
+			peak = m.HeapInuse
+			if f, err := os.Create(path); err == nil {
+				_ = pprof.WriteHeapProfile(f)
+				f.Close()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
 }

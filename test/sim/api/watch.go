@@ -371,3 +371,17 @@ func (s *Store) current(resource string) []any {
 	}
 	return out
 }
+
+// WatchStats is how many watches are open and how many events wait in
+// their queues, for the cost measurement.
+func (s *Store) WatchStats() (watches, queued int) {
+	s.mu.Lock()
+	ws := slices.Collect(maps.Keys(s.watchers))
+	s.mu.Unlock()
+	for _, w := range ws {
+		w.mu.Lock()
+		queued += len(w.queue)
+		w.mu.Unlock()
+	}
+	return len(ws), queued
+}
