@@ -167,7 +167,7 @@ func TestRealKubelet(t *testing.T) {
 	waitFor(t, ctx, "the daemon's last line on the serial console", func() bool {
 		return strings.Contains(v.Serial(2), "slot released")
 	})
-	re := regexp.MustCompile(`boot ID|kured-host\[\d+\]: .*(joined|took a reboot slot|cordoned|drained|rebooting|back after|slot released)|systemd-logind|[Ss]hutdown manager|Restarting system|Started kubelet|Stopped kubelet`)
+	re := regexp.MustCompile(`boot ID|kured-host\[\d+\]: .*(msg="reboot needed"|waiting|joined|took a reboot slot|cordoned|drained|rebooting|back after|slot released)|systemd-logind|[Ss]hutdown manager|Restarting system|Started kubelet|Stopped kubelet`)
 	t.Logf("serial console, boot 1:\n%s", strings.Join(v.Excerpt(1, re), "\n"))
 	t.Logf("serial console, boot 2:\n%s", strings.Join(v.Excerpt(2, re), "\n"))
 	checkInOrder(t, "boot 1's serial console", v.Serial(1), []string{
