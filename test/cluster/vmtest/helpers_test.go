@@ -98,20 +98,8 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 // evicts it) and waits until the node's kubelet reports it Running.
 func podOn(t *testing.T, ctx context.Context, ns, name, node string) *corev1.Pod {
 	t.Helper()
-	cp := env.cp
-	if err := cp.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	labels := map[string]string{"app": name}
-	rs, err := cp.ReplicaSet(ctx, ns, name, 1, labels)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := cp.Admin.CoreV1().Pods(ns).Create(ctx, replicaPod(rs, name, node), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.WaitRunning(ctx, ns, name); err != nil {
+	p := createReplicaPod(t, ctx, ns, name, node, nil)
+	if err := env.cp.WaitRunning(ctx, ns, name); err != nil {
 		t.Fatalf("pod %s/%s on %s: %v", ns, name, node, err)
 	}
 	return p
@@ -185,3 +173,73 @@ func heldInOrder(a *cluster.Auditor, waiter string) (order []string, waited bool
 // limits are the default configuration's: one node at a time, one per
 // zone.
 var limits = claim.Limits{Concurrency: 1, Groups: []claim.GroupLimit{{Label: "topology.kubernetes.io/zone", Max: 1}}}
+
+// auditNodes starts the auditor, its checks limited to nodes; it stops
+// when the test ends.
+func auditNodes(t *testing.T, ctx context.Context, nodes ...string) *cluster.Auditor {
+	t.Helper()
+	a, err := env.cp.StartAuditor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	scope := map[string]bool{}
+	for _, n := range nodes {
+		scope[n] = true
+	}
+	a.Scope = func(n string) bool { return scope[n] }
+	return a
+}
+
+// peersTakeTheSlot makes each peer need a reboot and waits until one of
+// them holds a slot.
+func peersTakeTheSlot(t *testing.T, ctx context.Context, peers []*peer) {
+	t.Helper()
+	for _, p := range peers {
+		if err := p.h.SetRebootRequired(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "a peer holding a slot", func() bool {
+		for _, p := range peers {
+			if st, _, _ := claimOf(t, ctx, p.h.Name); st == claim.Holding {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitPeersDone waits until each peer has rebooted and released its slot.
+func waitPeersDone(t *testing.T, ctx context.Context, peers []*peer) {
+	t.Helper()
+	for _, p := range peers {
+		waitFor(t, ctx, p.h.Name+" rebooted and released", func() bool {
+			st, _, _ := claimOf(t, ctx, p.h.Name)
+			return p.h.Boots() >= 2 && st == ""
+		})
+	}
+}
+
+// createReplicaPod creates one replicated pod on node (a ReplicaSet's, so
+// a drain evicts it), edited by edit, without waiting for it to run.
+func createReplicaPod(t *testing.T, ctx context.Context, ns, name, node string, edit func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	cp := env.cp
+	if err := cp.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := cp.ReplicaSet(ctx, ns, name, 1, map[string]string{"app": name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := replicaPod(rs, name, node)
+	if edit != nil {
+		edit(p)
+	}
+	p, err = cp.Admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -53,10 +53,6 @@ func TestRealKubelet(t *testing.T) {
 	}
 
 	peers := []*peer{startPeer(t, ctx, "vm-kubelet-peer-1"), startPeer(t, ctx, "vm-kubelet-peer-2")}
-	scope := map[string]bool{v.Name: true}
-	for _, p := range peers {
-		scope[p.h.Name] = true
-	}
 	install(ctx, v)
 	dropIn(ctx, v, "50-vmtest.toml", fastRecheck)
 	if code, out := v.Exit(ctx, "kured-host check"); code != 0 {
@@ -93,28 +89,11 @@ func TestRealKubelet(t *testing.T) {
 	if err := env.cp.WaitPDB(ctx, pod.Namespace, pod.Name, 0); err != nil {
 		t.Fatal(err)
 	}
-	a, err := env.cp.StartAuditor(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop()
-	a.Scope = func(n string) bool { return scope[n] }
+	a := auditNodes(t, ctx, v.Name, peers[0].h.Name, peers[1].h.Name)
 
 	oldBoot := v.WaitUp(ctx, "")
 	began := time.Now()
-	for _, p := range peers {
-		if err := p.h.SetRebootRequired(true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, ctx, "a peer holding a slot", func() bool {
-		for _, p := range peers {
-			if st, _, _ := claimOf(t, ctx, p.h.Name); st == claim.Holding {
-				return true
-			}
-		}
-		return false
-	})
+	peersTakeTheSlot(t, ctx, peers)
 	v.Must(ctx, "systemctl stop vmtest-block")
 	waiting := waitStatus(ctx, v, "waiting for a reboot slot")
 	t.Logf("the VM's kured-host, the block-mode inhibitor gone: %q", waiting)
@@ -134,12 +113,7 @@ func TestRealKubelet(t *testing.T) {
 		return st == "" && !unsched
 	})
 	releasedAt := time.Since(began)
-	for _, p := range peers {
-		waitFor(t, ctx, p.h.Name+" rebooted and released", func() bool {
-			st, _, _ := claimOf(t, ctx, p.h.Name)
-			return p.h.Boots() >= 2 && st == ""
-		})
-	}
+	waitPeersDone(t, ctx, peers)
 	t.Logf("from the sentinels: VM rebooting %s, VM back %s, VM's slot released %s, all done %s",
 		rebootAt.Round(100*time.Millisecond), upAt.Round(100*time.Millisecond), releasedAt.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
 
@@ -283,34 +257,23 @@ func checkInOrder(t *testing.T, what, log string, want []string) {
 const workloadHostDir = "/var/lib/vmtest-workload"
 
 // realPodOn is podOn for the real kubelet: the workload image, which is
-// imported, never pulled, and no service account token (the harness runs
-// no controller that would publish the root CA for it).
+// imported, never pulled; no service account token (the harness runs
+// no controller that would publish the root CA for it); a host
+// directory for the workload's lines.
 func realPodOn(t *testing.T, ctx context.Context, ns, name, node string) *corev1.Pod {
 	t.Helper()
-	cp := env.cp
-	if err := cp.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	labels := map[string]string{"app": name}
-	rs, err := cp.ReplicaSet(ctx, ns, name, 1, labels)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := replicaPod(rs, name, node)
-	p.Spec.AutomountServiceAccountToken = ptr.To(false)
-	p.Spec.Containers[0].Image = workloadImage
-	p.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
-	p.Spec.Volumes = []corev1.Volume{{Name: "out", VolumeSource: corev1.VolumeSource{
-		HostPath: &corev1.HostPathVolumeSource{Path: workloadHostDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}}}
-	p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "out", MountPath: "/vmtest"}}
-	p, err = cp.Admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := createReplicaPod(t, ctx, ns, name, node, func(p *corev1.Pod) {
+		p.Spec.AutomountServiceAccountToken = ptr.To(false)
+		p.Spec.Containers[0].Image = workloadImage
+		p.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+		p.Spec.Volumes = []corev1.Volume{{Name: "out", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: workloadHostDir, Type: ptr.To(corev1.HostPathDirectoryOrCreate)}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "out", MountPath: "/vmtest"}}
+	})
 	// A real container under emulation: the sandbox, the network, the
 	// image's first unpack take longer than cp.WaitRunning waits.
 	waitFor(t, ctx, "pod "+ns+"/"+name+" running on "+node, func() bool {
-		got, err := cp.Admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		got, err := env.cp.Admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && got.Status.Phase == corev1.PodRunning
 	})
 	return p

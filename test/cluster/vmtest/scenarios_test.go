@@ -129,34 +129,16 @@ func TestRealReboot(t *testing.T) {
 	ctx := scenario(t, 5*time.Minute)
 	v := startVM(t, ctx, "vm-reboot")
 	peers := []*peer{startPeer(t, ctx, "vm-peer-1"), startPeer(t, ctx, "vm-peer-2")}
-	scope := map[string]bool{v.Name: true, "vm-peer-1": true, "vm-peer-2": true}
 	install(ctx, v)
 	dropIn(ctx, v, "50-vmtest.toml", fastRecheck)
 	enable(ctx, v)
 	pod := podOn(t, ctx, "vmtest", "web-reboot", v.Name)
 
-	a, err := env.cp.StartAuditor(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop()
-	a.Scope = func(n string) bool { return scope[n] }
+	a := auditNodes(t, ctx, v.Name, "vm-peer-1", "vm-peer-2")
 
 	oldBoot := v.WaitUp(ctx, "")
 	began := time.Now()
-	for _, p := range peers {
-		if err := p.h.SetRebootRequired(true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, ctx, "a peer holding a slot", func() bool {
-		for _, p := range peers {
-			if st, _, _ := claimOf(t, ctx, p.h.Name); st == claim.Holding {
-				return true
-			}
-		}
-		return false
-	})
+	peersTakeTheSlot(t, ctx, peers)
 	v.Must(ctx, "touch /run/reboot-required")
 	waiting := waitStatus(ctx, v, "waiting for a reboot slot")
 	t.Logf("the VM's kured-host: %q", waiting)
@@ -170,12 +152,7 @@ func TestRealReboot(t *testing.T) {
 		return st == "" && !unsched
 	})
 	releasedAt := time.Since(began)
-	for _, p := range peers {
-		waitFor(t, ctx, p.h.Name+" rebooted and released", func() bool {
-			st, _, _ := claimOf(t, ctx, p.h.Name)
-			return p.h.Boots() >= 2 && st == ""
-		})
-	}
+	waitPeersDone(t, ctx, peers)
 	t.Logf("from the sentinels: VM rebooting %s, VM back %s, VM's slot released %s, all done %s",
 		rebootAt.Round(100*time.Millisecond), upAt.Round(100*time.Millisecond), releasedAt.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
 
