@@ -243,3 +243,30 @@ func createReplicaPod(t *testing.T, ctx context.Context, ns, name, node string, 
 	}
 	return p
 }
+
+// waitRolled waits until the VM has rebooted, come back in a new boot and
+// released its slot uncordoned, and until the peers are done; it logs
+// when each came (from began, the sentinels) and checks the auditor's
+// record against the limits. It returns the VM's new boot ID.
+func waitRolled(t *testing.T, ctx context.Context, v *VM, a *cluster.Auditor, peers []*peer, oldBoot string, began time.Time) string {
+	t.Helper()
+	v.waitFor(ctx, "the VM to reboot", func() bool { return v.Boots() >= 2 })
+	rebootAt := time.Since(began)
+	newBoot := v.WaitUp(ctx, oldBoot)
+	upAt := time.Since(began)
+	waitFor(t, ctx, "the VM's slot released", func() bool {
+		st, _, unsched := claimOf(t, ctx, v.Name)
+		return st == "" && !unsched
+	})
+	releasedAt := time.Since(began)
+	waitPeersDone(t, ctx, peers)
+	t.Logf("from the sentinels: VM rebooting %s, VM back %s, VM's slot released %s, all done %s",
+		rebootAt.Round(100*time.Millisecond), upAt.Round(100*time.Millisecond), releasedAt.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Check(limits); err != nil {
+		t.Error(err)
+	}
+	return newBoot
+}

@@ -104,25 +104,7 @@ func TestRealKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	v.waitFor(ctx, "the VM to reboot", func() bool { return v.Boots() >= 2 })
-	rebootAt := time.Since(began)
-	newBoot := v.WaitUp(ctx, oldBoot)
-	upAt := time.Since(began)
-	waitFor(t, ctx, "the VM's slot released", func() bool {
-		st, _, unsched := claimOf(t, ctx, v.Name)
-		return st == "" && !unsched
-	})
-	releasedAt := time.Since(began)
-	waitPeersDone(t, ctx, peers)
-	t.Logf("from the sentinels: VM rebooting %s, VM back %s, VM's slot released %s, all done %s",
-		rebootAt.Round(100*time.Millisecond), upAt.Round(100*time.Millisecond), releasedAt.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
-
-	if err := a.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Check(limits); err != nil {
-		t.Error(err)
-	}
+	newBoot := waitRolled(t, ctx, v, a, peers, oldBoot, began)
 	checkKubeletTimeline(t, a, v.Name, oldBoot, newBoot)
 
 	if _, err := env.cp.Admin.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {

@@ -143,25 +143,7 @@ func TestRealReboot(t *testing.T) {
 	waiting := waitStatus(ctx, v, "waiting for a reboot slot")
 	t.Logf("the VM's kured-host: %q", waiting)
 
-	v.waitFor(ctx, "the VM to reboot", func() bool { return v.Boots() >= 2 })
-	rebootAt := time.Since(began)
-	newBoot := v.WaitUp(ctx, oldBoot)
-	upAt := time.Since(began)
-	waitFor(t, ctx, "the VM's slot released", func() bool {
-		st, _, unsched := claimOf(t, ctx, v.Name)
-		return st == "" && !unsched
-	})
-	releasedAt := time.Since(began)
-	waitPeersDone(t, ctx, peers)
-	t.Logf("from the sentinels: VM rebooting %s, VM back %s, VM's slot released %s, all done %s",
-		rebootAt.Round(100*time.Millisecond), upAt.Round(100*time.Millisecond), releasedAt.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
-
-	if err := a.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Check(limits); err != nil {
-		t.Error(err)
-	}
+	newBoot := waitRolled(t, ctx, v, a, peers, oldBoot, began)
 	order, waited := heldInOrder(a, v.Name)
 	t.Logf("slots taken in this order: %v", order)
 	if !waited {
