@@ -59,10 +59,14 @@ func NodeName(ctx context.Context, client kubernetes.Interface) (string, error) 
 // ServerClock estimates the API server's clock from the Date header of its
 // replies: the queue order (`since`) is the server's time, not this host's.
 // Date has whole seconds, so one reply bounds the offset to a window of a
-// second plus the round trip; the estimate is the middle of what every
-// reply so far allows, which narrows to about a round trip after a few
-// dozen replies. A reply outside that window (this host's clock was set,
-// or drifted) starts over from that reply.
+// second plus the round trip, which narrows to about a round trip after a
+// few dozen replies. While that window contains zero, the estimate is zero:
+// a host whose clock agrees with the server's replies keeps it. Otherwise
+// it is the middle of the window. The middle alone put a synchronised host
+// up to half a second off for its first replies, so a node that joined the
+// queue later could take a place ahead of one that had already read the
+// queue (a CI run of TestPauseAndHold: 0.3 s). A reply outside the window
+// (this host's clock was set, or drifted) starts over from that reply.
 type ServerClock struct {
 	mu     sync.Mutex
 	lo, hi time.Duration // the offset lies in [lo, hi]
@@ -80,7 +84,12 @@ func (c *ServerClock) Now() time.Time {
 	return c.now().Add(c.offset())
 }
 
-func (c *ServerClock) offset() time.Duration { return c.lo + (c.hi-c.lo)/2 }
+func (c *ServerClock) offset() time.Duration {
+	if c.lo <= 0 && c.hi >= 0 {
+		return 0
+	}
+	return c.lo + (c.hi-c.lo)/2
+}
 
 // Offset is the server's clock minus this host's, and whether a reply has
 // been seen yet.

@@ -56,6 +56,12 @@ func TestServerClockNarrows(t *testing.T) {
 				local = local.Add(rtt)
 				c.observe(sent, local, stamped)
 			}
+			reply()
+			// From the first reply: a host whose clock the reply allows
+			// keeps it; one further off is corrected to within a second.
+			if off, _ := c.Offset(); (tc.true == 0 && off != 0) || (off-tc.true).Abs() > time.Second {
+				t.Errorf("offset %s after one reply, want %s (within a second)", off, tc.true)
+			}
 			for range 40 {
 				reply()
 				local = local.Add(137 * time.Millisecond) // replies fall at varied phases

@@ -57,7 +57,7 @@ func (l *Lock) snapshot(ctx context.Context, whole bool) (ps []claim.Participant
 		}
 		ps, partial = l.claims.participants(nodes), part
 		if !partial {
-			l.setView(newQueueView(ps, l.o.Now()))
+			l.setView(newQueueView(ps, l.o.Now(), l.o.ServerNow()))
 		}
 	}
 	ps = l.distrust(l.applyReadiness(ps))
@@ -466,6 +466,18 @@ func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time
 	l.noteEligible(q, now)
 	l.raiseAlarms(ctx, snap, server)
 	if q.Eligible(l.o.Node) {
+		if !l.settled(l.currentView(), l.current().claim.Since) {
+			// Let go from a view read right after this node joined:
+			// read the queue ahead again, whole (a partial read would
+			// send a node that many wait ahead of far back), and look
+			// from that.
+			nodes, _, err := l.readQueue(ctx, false, 0)
+			if err != nil {
+				return nil, 0, false, err
+			}
+			l.setView(newQueueView(l.claims.participants(nodes), l.o.Now(), l.o.ServerNow()))
+			return nil, -1, false, nil
+		}
 		return nil, 0, true, nil
 	}
 	read, probeIn := l.probeAhead(ctx, q, now, *eager)

@@ -25,6 +25,9 @@ import (
 type queueView struct {
 	snap []claim.Participant
 	at   time.Time
+	// server is when it was read, by the API server's clock as this host
+	// estimates it: against this node's own place (joinSettle).
+	server time.Time
 	// went are the waiting nodes of snap seen active since.
 	went map[string]bool
 	// distrustedAt is when the claims of snap that cannot be read or are
@@ -39,8 +42,33 @@ type queueView struct {
 // and the limits the waiting ones publish are seen at least this often.
 const viewMaxAge = 5 * time.Minute
 
-func newQueueView(snap []claim.Participant, at time.Time) *queueView {
-	return &queueView{snap: slices.Clone(snap), at: at, went: map[string]bool{}}
+func newQueueView(snap []claim.Participant, at, server time.Time) *queueView {
+	return &queueView{snap: slices.Clone(snap), at: at, server: server, went: map[string]bool{}}
+}
+
+// joinSettle is how long after a node's place (its since) a claim may
+// still be on its way that takes a place ahead of it: the join's write
+// takes its since before it is sent, and the clocks of the nodes agree
+// only so far. A view read sooner than this after this node's place may
+// miss such a claim, and the view is read whole again only after
+// viewMaxAge: so a node whose view is that young reads the queue again
+// once when the view lets it go, before it announces (settled).
+const joinSettle = 5 * time.Second
+
+// settled reports whether this node may announce from view v: read at
+// least joinSettle after since, or read again for this place already.
+// Otherwise it records that the read for since is being made.
+func (l *Lock) settled(v *queueView, since time.Time) bool {
+	if v == nil || v.server.Sub(since) >= joinSettle {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.settledFor.Equal(since) {
+		return true
+	}
+	l.settledFor = since
+	return false
 }
 
 func (l *Lock) currentView() *queueView {
