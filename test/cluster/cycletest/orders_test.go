@@ -231,6 +231,13 @@ func TestClusterSettings(t *testing.T) {
 		[]byte(`{"data":{"config.toml":"[lock]\nconcurrency = 0\n"}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The node reads the settings from the API server's cache when it
+	// joins: under load that cache was behind the patch, the node applied
+	// the good settings again and never saw the bad ones.
+	waitFor(t, ctx, "the bad settings in the API server's cache", func() bool {
+		cm, err := cp.Admin.CoreV1().ConfigMaps("kube-system").Get(ctx, "kured-host", metav1.GetOptions{ResourceVersion: "0"})
+		return err == nil && strings.Contains(cm.Data["config.toml"], "concurrency = 0")
+	})
 	if err := nodes[0].h.SetRebootRequired(true); err != nil {
 		t.Fatal(err)
 	}
