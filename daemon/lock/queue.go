@@ -466,16 +466,14 @@ func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time
 	l.noteEligible(q, now)
 	l.raiseAlarms(ctx, snap, server)
 	if q.Eligible(l.o.Node) {
-		if !l.settled(l.currentView(), l.current().claim.Since) {
+		v, since := l.currentView(), l.current().claim.Since
+		if !l.settled(v, since) {
 			// Let go from a view read right after this node joined:
-			// read the queue ahead again, whole (a partial read would
-			// send a node that many wait ahead of far back), and look
-			// from that.
-			nodes, _, err := l.readQueue(ctx, false, 0)
-			if err != nil {
+			// read the claims that may have landed ahead since, and
+			// look again.
+			if err := l.readLate(ctx, v, since); err != nil {
 				return nil, 0, false, err
 			}
-			l.setView(newQueueView(l.claims.participants(nodes), l.o.Now(), l.o.ServerNow()))
 			return nil, -1, false, nil
 		}
 		return nil, 0, true, nil

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,9 +52,29 @@ func newQueueView(snap []claim.Participant, at, server time.Time) *queueView {
 // takes its since before it is sent, and the clocks of the nodes agree
 // only so far. A view read sooner than this after this node's place may
 // miss such a claim, and the view is read whole again only after
-// viewMaxAge: so a node whose view is that young reads the queue again
-// once when the view lets it go, before it announces (settled).
+// viewMaxAge: so a node whose view is that young reads those claims
+// (readLate) once when the view lets it go, before it announces
+// (settled).
 const joinSettle = 5 * time.Second
+
+// readLate reads into view v the waiting claims that take their place
+// within joinSettle ahead of since (one List from the API server's cache,
+// of a few claims): those that a view read right after this node joined
+// may lack.
+func (l *Lock) readLate(ctx context.Context, v *queueView, since time.Time) error {
+	selector := claim.AheadSelector(since) + "," + claim.SinceLabel + ">" + strconv.FormatInt(since.Add(-joinSettle).UnixMilli()-1, 10)
+	nodes, _, err := l.listNodes(ctx, selector, "0", "")
+	if err != nil {
+		return err
+	}
+	var none claimCache
+	for _, p := range none.participants(nodes) {
+		if p.Name != l.o.Node {
+			v.update(p.Name, []claim.Participant{p})
+		}
+	}
+	return nil
+}
 
 // settled reports whether this node may announce from view v: read at
 // least joinSettle after since, or read again for this place already.

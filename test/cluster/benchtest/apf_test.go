@@ -158,40 +158,27 @@ func loadBetween(a, b loadSample) load {
 	return l
 }
 
-// loadSampler samples the load every loadEvery during a roll, so that
+// loadSampler samples the load every sampleEvery during a roll, so that
 // its busiest second can be looked at afterwards.
 type loadSampler struct {
 	mu      sync.Mutex
 	samples []loadSample
-	done    chan struct{}
-	wg      sync.WaitGroup
+	end     func()
 }
 
-const loadEvery = 250 * time.Millisecond
-
 func startLoadSampler() *loadSampler {
-	s := &loadSampler{done: make(chan struct{}), samples: []loadSample{sampleLoad()}}
-	s.wg.Go(func() {
-		t := time.NewTicker(loadEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.done:
-				return
-			case <-t.C:
-				ls := sampleLoad()
-				s.mu.Lock()
-				s.samples = append(s.samples, ls)
-				s.mu.Unlock()
-			}
-		}
+	s := &loadSampler{samples: []loadSample{sampleLoad()}}
+	s.end = every(func() {
+		ls := sampleLoad()
+		s.mu.Lock()
+		s.samples = append(s.samples, ls)
+		s.mu.Unlock()
 	})
 	return s
 }
 
 func (s *loadSampler) stop() []loadSample {
-	close(s.done)
-	s.wg.Wait()
+	s.end()
 	return append(s.samples, sampleLoad())
 }
 

@@ -47,29 +47,42 @@ func readMem() memStats {
 	return m
 }
 
-// memSampler keeps the peaks of memStats, sampled every 250 ms.
-type memSampler struct {
-	mu   sync.Mutex
-	peak memStats
-	done chan struct{}
-	wg   sync.WaitGroup
-}
-
-func startMemSampler() *memSampler {
-	s := &memSampler{done: make(chan struct{})}
-	s.sample()
-	s.wg.Go(func() {
-		t := time.NewTicker(250 * time.Millisecond)
+// every runs f every sampleEvery until the returned stop, which waits for
+// it: the samplers of a roll, memory and load, share its ticks.
+func every(f func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(sampleEvery)
 		defer t.Stop()
 		for {
 			select {
-			case <-s.done:
+			case <-done:
 				return
 			case <-t.C:
-				s.sample()
+				f()
 			}
 		}
 	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+const sampleEvery = 250 * time.Millisecond
+
+// memSampler keeps the peaks of memStats, sampled every sampleEvery.
+type memSampler struct {
+	mu   sync.Mutex
+	peak memStats
+	end  func()
+}
+
+func startMemSampler() *memSampler {
+	s := &memSampler{}
+	s.sample()
+	s.end = every(s.sample)
 	return s
 }
 
@@ -81,8 +94,7 @@ func (s *memSampler) sample() {
 }
 
 func (s *memSampler) stop() memStats {
-	close(s.done)
-	s.wg.Wait()
+	s.end()
 	s.sample()
 	s.mu.Lock()
 	defer s.mu.Unlock()
