@@ -60,7 +60,7 @@ func (l *Lock) waitFar(ctx context.Context, far *farPace, ahead int, mark partic
 		far.nextPoll = l.o.Now().Add(d)
 		poll.Reset(d)
 	}
-	view := newQueueView(snap, l.o.Now(), l.o.ServerNow())
+	view := newQueueView(snap, l.o.Now())
 	timeout := time.Minute
 	if far.perPosition > 0 && ahead > 0 {
 		timeout = farBounds(far.eta(ahead))

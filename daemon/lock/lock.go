@@ -115,9 +115,6 @@ type Lock struct {
 	claims, bindingClaims claimCache
 	// view is the last read of the queue, kept up to date.
 	view *queueView
-	// settledFor is the place (since) for which the queue was read again
-	// when a young view let this node go (settled).
-	settledFor time.Time
 	// nodes is the cluster's node count as last read (clusterSize), 0
 	// before: it paces the join.
 	nodes int

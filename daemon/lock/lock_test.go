@@ -322,7 +322,7 @@ func TestFarBackStaleView(t *testing.T) {
 			if q := claim.EligibilityUpTo(last, server, 0, l.silent(server), "me"); q.Eligible("me") {
 				t.Fatal("eligible in the last read already: the test proves nothing")
 			}
-			if !l.roomNow(context.Background(), newQueueView(last, server, server)) {
+			if !l.roomNow(context.Background(), newQueueView(last, server)) {
 				t.Errorf("no room seen at the first read of the active claims")
 			}
 		})

@@ -57,7 +57,7 @@ func (l *Lock) snapshot(ctx context.Context, whole bool) (ps []claim.Participant
 		}
 		ps, partial = l.claims.participants(nodes), part
 		if !partial {
-			l.setView(newQueueView(ps, l.o.Now(), l.o.ServerNow()))
+			l.setView(newQueueView(ps, l.o.Now()))
 		}
 	}
 	ps = l.distrust(l.applyReadiness(ps))
@@ -466,16 +466,6 @@ func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time
 	l.noteEligible(q, now)
 	l.raiseAlarms(ctx, snap, server)
 	if q.Eligible(l.o.Node) {
-		v, since := l.currentView(), l.current().claim.Since
-		if !l.settled(v, since) {
-			// Let go from a view read right after this node joined:
-			// read the claims that may have landed ahead since, and
-			// look again.
-			if err := l.readLate(ctx, v, since); err != nil {
-				return nil, 0, false, err
-			}
-			return nil, -1, false, nil
-		}
 		return nil, 0, true, nil
 	}
 	read, probeIn := l.probeAhead(ctx, q, now, *eager)

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"slices"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,9 +25,6 @@ import (
 type queueView struct {
 	snap []claim.Participant
 	at   time.Time
-	// server is when it was read, by the API server's clock as this host
-	// estimates it: against this node's own place (joinSettle).
-	server time.Time
 	// went are the waiting nodes of snap seen active since.
 	went map[string]bool
 	// distrustedAt is when the claims of snap that cannot be read or are
@@ -43,53 +39,8 @@ type queueView struct {
 // and the limits the waiting ones publish are seen at least this often.
 const viewMaxAge = 5 * time.Minute
 
-func newQueueView(snap []claim.Participant, at, server time.Time) *queueView {
-	return &queueView{snap: slices.Clone(snap), at: at, server: server, went: map[string]bool{}}
-}
-
-// joinSettle is how long after a node's place (its since) a claim may
-// still be on its way that takes a place ahead of it: the join's write
-// takes its since before it is sent, and the clocks of the nodes agree
-// only so far. A view read sooner than this after this node's place may
-// miss such a claim, and the view is read whole again only after
-// viewMaxAge: so a node whose view is that young reads those claims
-// (readLate) once when the view lets it go, before it announces
-// (settled).
-const joinSettle = 5 * time.Second
-
-// readLate reads into view v the waiting claims that take their place
-// within joinSettle ahead of since (one List from the API server's cache,
-// of a few claims): those that a view read right after this node joined
-// may lack.
-func (l *Lock) readLate(ctx context.Context, v *queueView, since time.Time) error {
-	selector := claim.AheadSelector(since) + "," + claim.SinceLabel + ">" + strconv.FormatInt(since.Add(-joinSettle).UnixMilli()-1, 10)
-	nodes, _, err := l.listNodes(ctx, selector, "0", "")
-	if err != nil {
-		return err
-	}
-	var none claimCache
-	for _, p := range none.participants(nodes) {
-		if p.Name != l.o.Node {
-			v.update(p.Name, []claim.Participant{p})
-		}
-	}
-	return nil
-}
-
-// settled reports whether this node may announce from view v: read at
-// least joinSettle after since, or read again for this place already.
-// Otherwise it records that the read for since is being made.
-func (l *Lock) settled(v *queueView, since time.Time) bool {
-	if v == nil || v.server.Sub(since) >= joinSettle {
-		return true
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.settledFor.Equal(since) {
-		return true
-	}
-	l.settledFor = since
-	return false
+func newQueueView(snap []claim.Participant, at time.Time) *queueView {
+	return &queueView{snap: slices.Clone(snap), at: at, went: map[string]bool{}}
 }
 
 func (l *Lock) currentView() *queueView {

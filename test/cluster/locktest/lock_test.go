@@ -583,60 +583,6 @@ func TestDeadWaitingHead(t *testing.T) {
 	}
 }
 
-// TestLateJoinAhead: a claim that takes its place ahead of a waiting node
-// after that node read the queue (its write was on the way, or its
-// host's clock runs a little behind) is not missed when the slot frees.
-// Its daemon is gone, so the waiting node passes it over only after the
-// grace; a node going from the view it read when it joined would go at
-// once (TestPauseAndHold's CI failure: the node ahead went second).
-func TestLateJoinAhead(t *testing.T) {
-	ctx := ctxFor(t, 2*time.Minute)
-	grace := 2 * time.Second
-	f := newFleet(t, ctx, []hostSpec{
-		{name: "late-first", limits: limits(1, 0), hold: 3 * time.Second},
-		{name: "late-next", limits: limits(1, 0), hold: 100 * time.Millisecond, grace: grace},
-		{name: "late-ahead", idle: true},
-	})
-	first, next, ahead := f.host("late-first"), f.host("late-next"), f.host("late-ahead")
-	if err := first.SetRebootRequired(true); err != nil {
-		t.Fatal(err)
-	}
-	waitHolding(t, ctx, first.Name, true)
-	if err := next.SetRebootRequired(true); err != nil {
-		t.Fatal(err)
-	}
-	var since time.Time
-	for since.IsZero() {
-		n, err := cp.Admin.CoreV1().Nodes().Get(ctx, next.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation]); err == nil && c.State == claim.Waiting {
-			since = c.Since
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond) // its view of the queue is read
-	at := since.Add(-100 * time.Millisecond)
-	c := claim.Claim{State: claim.Waiting, Since: at, Updated: at, Limits: limits(1, 0)}
-	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"labels": map[string]any{claim.Label: string(claim.Waiting), claim.SinceLabel: claim.SinceValue(at),
-			claim.LimitsLabel: claim.LimitsDigest(c.Limits)},
-		"annotations": map[string]any{claim.Annotation: mustClaim(t, c)},
-	}})
-	if _, err := ahead.Client.CoreV1().Nodes().Patch(ctx, ahead.Name, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitHolding(t, ctx, first.Name, false)
-	freed := time.Now()
-	waitHolding(t, ctx, next.Name, true)
-	took := time.Since(freed)
-	t.Logf("took the free slot after %s (the late claim ahead passed over after its grace of %s)", took.Round(10*time.Millisecond), grace)
-	if took < grace {
-		t.Errorf("took the slot %s after it was freed, within the grace of the claim ahead of it: it did not see that claim", took.Round(time.Millisecond))
-	}
-}
-
 // TestAccessCheck: with the RBAC manifest the check passes; a user with
 // no such rights gets the manifest in the error.
 func TestAccessCheck(t *testing.T) {
