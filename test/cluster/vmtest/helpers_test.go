@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,19 +64,26 @@ func statusText(ctx context.Context, v *VM) string {
 }
 
 // waitStatus waits until the daemon's STATUS= line starts with prefix.
-func waitStatus(ctx context.Context, v *VM, prefix string) string {
+func waitStatus(ctx context.Context, v *VM, prefix string, or ...string) string {
 	v.t.Helper()
 	var last string
-	v.waitFor(ctx, fmt.Sprintf("kured-host's status %q", prefix), func() bool {
+	prefixes := append([]string{prefix}, or...)
+	v.waitFor(ctx, fmt.Sprintf("kured-host's status %q", prefixes), func() bool {
 		res, err := v.Poll(ctx, "systemctl show -p StatusText --value kured-host")
 		if err != nil {
 			return false
 		}
 		last = strings.TrimSpace(res.Output)
-		return strings.HasPrefix(last, prefix)
+		return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(last, p) })
 	})
 	return last
 }
+
+// inQueue are the statuses of a node in the queue: the status says
+// "waiting" only from the cycle's first look after the join, up to 5 s
+// later here, and a node whose turn comes sooner takes the slot first (a
+// CI run of TestRealKubelet waited an hour for a "waiting" it had missed).
+var inQueue = []string{"reboot needed: joining the queue", "holding a reboot slot"}
 
 // mainPID is the daemon's process ID, as systemd has it.
 func mainPID(ctx context.Context, v *VM) string {

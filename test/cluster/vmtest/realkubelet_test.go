@@ -95,7 +95,7 @@ func TestRealKubelet(t *testing.T) {
 	began := time.Now()
 	peersTakeTheSlot(t, ctx, peers)
 	v.Must(ctx, "systemctl stop vmtest-block")
-	waiting := waitStatus(ctx, v, "waiting for a reboot slot")
+	waiting := waitStatus(ctx, v, "waiting for a reboot slot", inQueue...)
 	t.Logf("the VM's kured-host, the block-mode inhibitor gone: %q", waiting)
 
 	waitStatus(ctx, v, "holding a reboot slot: draining")

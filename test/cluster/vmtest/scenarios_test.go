@@ -140,7 +140,7 @@ func TestRealReboot(t *testing.T) {
 	began := time.Now()
 	peersTakeTheSlot(t, ctx, peers)
 	v.Must(ctx, "touch /run/reboot-required")
-	waiting := waitStatus(ctx, v, "waiting for a reboot slot")
+	waiting := waitStatus(ctx, v, "waiting for a reboot slot", inQueue...)
 	t.Logf("the VM's kured-host: %q", waiting)
 
 	newBoot := waitRolled(t, ctx, v, a, peers, oldBoot, began)
