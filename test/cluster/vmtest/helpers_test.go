@@ -63,7 +63,8 @@ func statusText(ctx context.Context, v *VM) string {
 	return strings.TrimSpace(v.Must(ctx, "systemctl show -p StatusText --value kured-host"))
 }
 
-// waitStatus waits until the daemon's STATUS= line starts with prefix.
+// waitStatus waits until the daemon's STATUS= line starts with prefix, or
+// with one of or, and returns that line.
 func waitStatus(ctx context.Context, v *VM, prefix string, or ...string) string {
 	v.t.Helper()
 	var last string
