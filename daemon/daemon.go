@@ -50,6 +50,7 @@ type Locker interface {
 	ReleaseUncordoned(ctx context.Context) error
 	ReleaseAfter(ctx context.Context, delay time.Duration) error
 	Status() lock.Status
+	StatusChanged() <-chan struct{}
 	SetPaused(paused bool)
 	SetLimits(claim.Limits)
 }

@@ -52,6 +52,7 @@ func (l *idleLock) Release(context.Context) error                     { return e
 func (l *idleLock) ReleaseUncordoned(context.Context) error           { return errNotHere }
 func (l *idleLock) ReleaseAfter(context.Context, time.Duration) error { return errNotHere }
 func (l *idleLock) Status() lock.Status                               { return lock.Status{Position: -1} }
+func (l *idleLock) StatusChanged() <-chan struct{}                    { return nil }
 func (l *idleLock) SetPaused(bool)                                    {}
 func (l *idleLock) SetLimits(claim.Limits)                            {}
 

@@ -88,6 +88,7 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	d.event(ctx, log, "Normal", ReasonWaitingForSlot, "Joined the queue for a reboot slot ("+limitsText(d.Config.Lock)+", or stricter limits published by other nodes)")
+	d.showQueue(d.Lock.Status())
 	return nil
 }
 
@@ -137,7 +138,8 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 		}
 		done <- err
 	}()
-	tick := time.NewTicker(min(d.recheck(), 5*time.Second))
+	period := min(d.recheck(), 5*time.Second)
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	lastBlockers := d.Now()
 	for {
@@ -152,13 +154,18 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 				return d.refused(ctx, log)
 			}
 			return err
+		case <-d.Lock.StatusChanged():
+			d.showQueue(d.Lock.Status())
+			continue
 		case <-d.changed:
 		case <-tick.C:
 		}
 		d.showQueue(d.Lock.Status())
 		needed, nerr := d.rebootNeeded()
 		var blocked []block.Blocked
-		if nerr == nil && needed && d.Now().Sub(lastBlockers) >= d.recheck() {
+		// Half a tick early counts as due: a tick that comes a hair
+		// before a whole recheck must not put the look off by a tick.
+		if nerr == nil && needed && d.Now().Sub(lastBlockers) >= d.recheck()-period/2 {
 			blocked = block.Check(ctx, d.Blockers)
 			d.setBlockersMetric(blocked)
 			d.notePaused(ctx, log, blocked)

@@ -103,9 +103,12 @@ type Lock struct {
 	resumed time.Time
 	// limits are this node's configured limits (Options.Limits, then
 	// SetLimits).
-	limits  claim.Limits
-	status  Status
-	alarmed map[string]bool
+	limits claim.Limits
+	status Status
+	// statusChanged has a value when status changed since the cycle
+	// last took it (StatusChanged).
+	statusChanged chan struct{}
+	alarmed       map[string]bool
 	// failures counts writes in a row that failed other than by a
 	// conflict, for back-off.
 	failures int
@@ -163,6 +166,7 @@ func New(o Options) *Lock {
 		alarmed:       map[string]bool{},
 		limits:        o.Limits,
 		status:        Status{Position: -1},
+		statusChanged: make(chan struct{}, 1),
 	}
 }
 
@@ -220,10 +224,24 @@ func (l *Lock) Status() Status {
 	return l.status
 }
 
+// StatusChanged has a value once Status has changed since the last
+// value was taken: the cycle shows the operator the lock's status when it
+// changes, not only on its own ticker.
+func (l *Lock) StatusChanged() <-chan struct{} {
+	return l.statusChanged
+}
+
 func (l *Lock) setStatus(s Status) {
 	l.mu.Lock()
+	changed := s != l.status
 	l.status = s
 	l.mu.Unlock()
+	if changed {
+		select {
+		case l.statusChanged <- struct{}{}:
+		default: // one already waits to be taken
+		}
+	}
 }
 
 // jitter returns a duration in [d, 2d).

@@ -348,3 +348,42 @@ func TestNearestAhead(t *testing.T) {
 		t.Errorf("nearestAhead = %v, want %v", got, want)
 	}
 }
+
+// TestStatusChanged: a change of the status is signalled once until
+// taken, and a status set again unchanged is not, so the cycle shows the
+// operator a change as it happens and is not woken for nothing.
+func TestStatusChanged(t *testing.T) {
+	l := New(Options{})
+	pending := func() bool {
+		select {
+		case <-l.StatusChanged():
+			return true
+		default:
+			return false
+		}
+	}
+	waiting := Status{State: claim.Waiting, Position: 2, Reason: "2 ahead"}
+	steps := []struct {
+		set  Status
+		want bool
+	}{
+		{Status{Position: -1}, false}, // what New starts with
+		{waiting, true},
+		{waiting, false},
+		{Status{State: claim.Waiting, Position: 1, Reason: "1 ahead"}, true},
+		{Status{State: claim.Entering, Position: -1, Reason: "verifying"}, true},
+	}
+	for i, s := range steps {
+		l.setStatus(s.set)
+		if got := pending(); got != s.want {
+			t.Errorf("step %d (%+v): signalled %v, want %v", i, s.set, got, s.want)
+		}
+	}
+	// Two changes before the cycle looks make one signal: it reads the
+	// latest status, once.
+	l.setStatus(waiting)
+	l.setStatus(Status{Position: -1})
+	if !pending() || pending() {
+		t.Error("two changes before a look: want exactly one signal")
+	}
+}

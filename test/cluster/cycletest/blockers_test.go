@@ -141,7 +141,7 @@ func TestDrainTimeout(t *testing.T) {
 }
 
 // TestSystemdNotify: the daemon tells systemd it is ready once watching,
-// and its state in STATUS lines.
+// and its state in STATUS lines, each as it changes.
 func TestSystemdNotify(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	n := startNode(t, ctx, nodeSpec{name: "notify-1"})
@@ -188,6 +188,9 @@ func TestSystemdNotify(t *testing.T) {
 	if err := n.h.SetRebootRequired(true); err != nil {
 		t.Fatal(err)
 	}
+	// Shown as the join lands, not at the cycle's next tick: alone in
+	// the queue, the node takes its slot before that tick.
+	expect("STATUS=waiting for a reboot slot")
 	expect("STATUS=holding a reboot slot: draining")
 	waitDone(t, ctx, n)
 	// SIGTERM: a clean stop.
