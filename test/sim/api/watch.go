@@ -58,22 +58,22 @@ var _ watch.Interface = (*watcher)(nil)
 func (w *watcher) ResultChan() <-chan watch.Event { return w.out }
 
 // Stop implements watch.Interface.
+// The store's lock is taken outside stop.Do: end runs under that lock
+// and waits on stop.Do, so a Stop holding stop.Do while waiting for the
+// lock would deadlock with it (as it did when a roll was cut short
+// while daemons stopped their watches).
 func (w *watcher) Stop() {
-	w.stop.Do(func() {
-		close(w.done)
-		w.s.mu.Lock()
-		delete(w.s.watchers, w)
-		w.s.mu.Unlock()
-	})
+	w.stop.Do(func() { close(w.done) })
+	w.s.mu.Lock()
+	delete(w.s.watchers, w)
+	w.s.mu.Unlock()
 }
 
 // end closes the watch from the server's side (the connection dropped).
 // s.mu is held.
 func (w *watcher) end() {
-	w.stop.Do(func() {
-		close(w.done)
-		delete(w.s.watchers, w)
-	})
+	w.stop.Do(func() { close(w.done) })
+	delete(w.s.watchers, w)
 }
 
 func (w *watcher) enqueue(ev watch.Event, rv uint64) {
