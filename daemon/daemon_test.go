@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/lock"
 )
 
 func TestPlan(t *testing.T) {
@@ -51,6 +53,35 @@ func TestPlan(t *testing.T) {
 				if !strings.Contains(plan, w) {
 					t.Errorf("plan lacks %q:\n%s", w, plan)
 				}
+			}
+		})
+	}
+}
+
+// TestShowQueue: the status line for each state of the lock while the
+// cycle waits for a slot. A slot just taken leaves the line as it was:
+// the cycle's next step says what it does with it, and "waiting" must
+// not flash up in between.
+func TestShowQueue(t *testing.T) {
+	tests := []struct {
+		name string
+		st   lock.Status
+		want string
+	}{
+		{"just joined", lock.Status{State: claim.Waiting, Position: -1}, "waiting for a reboot slot"},
+		{"in the queue", lock.Status{State: claim.Waiting, Position: 2, Reason: "zone a is full"}, "waiting for a reboot slot: 2 ahead (zone a is full)"},
+		{"far back", lock.Status{State: claim.Waiting, Position: 16, Far: true, Reason: "far back in the queue"}, "waiting for a reboot slot: more than 16 ahead (far back in the queue)"},
+		{"entering", lock.Status{State: claim.Entering, Position: -1, Reason: "verifying"}, "taking a reboot slot: verifying"},
+		{"taken", lock.Status{State: claim.Holding, Position: -1}, "before"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sd := &systemd{}
+			d := &Daemon{Manager: sd}
+			d.setManagerStatus("before")
+			d.showQueue(tt.st)
+			if got := d.managerStatus; got != tt.want {
+				t.Errorf("status %q, want %q (sent: %q)", got, tt.want, sd.all())
 			}
 		})
 	}

@@ -241,6 +241,10 @@ func (d *Daemon) reportPaused(ctx context.Context, log *slog.Logger, blocked []b
 // showQueue tells the operator where the node is in the queue, and why.
 func (d *Daemon) showQueue(st lock.Status) {
 	switch {
+	case st.State == claim.Holding:
+		// Taken: the cycle's next step shows what it does with the slot.
+		// Shown here, it would read "waiting" for a moment.
+		return
 	case st.State == claim.Waiting && st.Far:
 		// The lock reads only the nearest nodes ahead: at least that
 		// many are ahead.
