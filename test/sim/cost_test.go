@@ -93,8 +93,9 @@ func TestRollCost(t *testing.T) {
 // T the mean time a node held its slot, rounds max(⌈N/k⌉, ⌈zone size /
 // zone limit⌉); the makespan runs from the start (the needs come within
 // its first minute) to the last release. For a window, the ideal is the
-// rounds of the acquisitions done in it, and the ratio the window's
-// length against that.
+// rounds of the releases done in it, and the ratio is the time from the
+// start to the last of them against that (not the window's length: a
+// window's tail after its last release is no one's slot time).
 func costRow(w *World, f api.MeterFigures, window, wall time.Duration) string {
 	first, last := w.start, w.start
 	holding := map[string]time.Time{}

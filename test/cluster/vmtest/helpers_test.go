@@ -80,10 +80,11 @@ func waitStatus(ctx context.Context, v *VM, prefix string, or ...string) string 
 	return last
 }
 
-// inQueue are the statuses of a node in the queue: the status says
-// "waiting" only from the cycle's first look after the join, up to 5 s
-// later here, and a node whose turn comes sooner takes the slot first (a
-// CI run of TestRealKubelet waited an hour for a "waiting" it had missed).
+// inQueue are the other statuses of a node in the queue: the status says
+// "waiting" as the join lands, but a node whose turn comes at once shows
+// it only for a moment, which a poll can miss and then see the slot held
+// (a CI run of TestRealKubelet once waited an hour for a "waiting" it had
+// missed).
 var inQueue = []string{"reboot needed: joining the queue", "holding a reboot slot"}
 
 // mainPID is the daemon's process ID, as systemd has it.
