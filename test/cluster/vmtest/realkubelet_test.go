@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -126,14 +127,14 @@ func TestRealKubelet(t *testing.T) {
 	re := regexp.MustCompile(`boot ID|kured-host\[\d+\]: .*(msg="reboot needed"|waiting|joined|took a reboot slot|cordoned|drained|rebooting|back after|slot released)|systemd-logind|[Ss]hutdown manager|Restarting system|Started kubelet|Stopped kubelet`)
 	t.Logf("serial console, boot 1:\n%s", strings.Join(v.Excerpt(1, re), "\n"))
 	t.Logf("serial console, boot 2:\n%s", strings.Join(v.Excerpt(2, re), "\n"))
-	// journald forwards each process's lines to the console in the order
-	// that process wrote them, but not the lines of different processes:
-	// logind's "System is rebooting", written after the kubelet let go of
-	// its inhibitor, has reached the console before the kubelet's last
-	// line. So the console's order is checked within each process, and
-	// against the kernel's last line, which comes after every process has
-	// ended; the order across processes (slot, cordon, the kubelet's
-	// shutdown, the new boot, release) is the auditor's.
+	// The console has each process's lines in the order that process
+	// wrote them, and the kernel's last line after all of them; the order
+	// across processes is not the console's (journald forwards them as it
+	// reads them, and the kubelet writes "completed processing" after it
+	// has let logind go on: its release comes first), but the auditor's
+	// (slot, cordon, the kubelet's shutdown, the new boot, release) and
+	// the journal's clock (checkShutdownDelayed).
+	checkShutdownDelayed(t, ctx, v)
 	serial := v.Serial(1)
 	for who, lines := range map[string][]string{
 		"kured-host":     {"took a reboot slot", "drained", "msg=rebooting"},
@@ -148,6 +149,37 @@ func TestRealKubelet(t *testing.T) {
 		"back after the reboot",
 		"slot released",
 	})
+}
+
+// checkShutdownDelayed checks, in the journal of the boot before, that
+// logind went on with the reboot only after the kubelet had begun its
+// shutdown handling: the time the kubelet wrote "processing shutdown
+// event" (its own log's clock, before it lets go of its delay inhibitor)
+// is before the time journald received logind's "System is rebooting"
+// (which logind writes once no delay inhibitor is left).
+func checkShutdownDelayed(t *testing.T, ctx context.Context, v *VM) {
+	t.Helper()
+	kubelet := v.Must(ctx, "journalctl -b -1 -u kubelet -o cat --no-pager")
+	m := regexp.MustCompile(`I(\d{4} \d\d:\d\d:\d\d\.\d{6})\s+\d+ nodeshutdown_manager_linux.go:\d+\] "Shutdown manager processing shutdown event"`).FindStringSubmatch(kubelet)
+	logind := v.Must(ctx, "journalctl -b -1 -t systemd-logind -o short-unix --no-pager")
+	r := regexp.MustCompile(`(?m)^(\d+)\.(\d{6}) .*System is rebooting`).FindStringSubmatch(logind)
+	if m == nil || r == nil {
+		t.Errorf("the journal of boot 1 lacks the kubelet's processing of the shutdown (%v) or logind's reboot (%v)", m != nil, r != nil)
+		return
+	}
+	sec, _ := strconv.ParseInt(r[1], 10, 64)
+	usec, _ := strconv.ParseInt(r[2], 10, 64)
+	rebooting := time.Unix(sec, usec*1000).UTC()
+	// klog's header has no year, and the guest's zone is UTC.
+	began, err := time.Parse("2006 0102 15:04:05.000000", fmt.Sprintf("%d %s", rebooting.Year(), m[1]))
+	if err != nil {
+		t.Errorf("the kubelet's time %q: %v", m[1], err)
+		return
+	}
+	t.Logf("logind went on with the reboot %v after the kubelet began its shutdown handling", rebooting.Sub(began).Round(time.Millisecond))
+	if !rebooting.After(began) {
+		t.Errorf("logind rebooting at %s, before the kubelet's shutdown handling at %s: the delay inhibitor did not hold it", rebooting.Format(time.StampMicro), began.Format(time.StampMicro))
+	}
 }
 
 // restartKubeletMidDrain restarts the kubelet while kured-host drains
