@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -10,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -177,4 +180,66 @@ func TestInformer(t *testing.T) {
 		}
 		cancel()
 	})
+}
+
+// TestListBySelector: a List from the label index returns what matching
+// every Node returns, for ranges (the index of numbers) as for values,
+// after labels come, change and go; a limited page says more remain.
+func TestListBySelector(t *testing.T) {
+	s := NewStore()
+	c := s.Client(Admin).Kube.CoreV1().Nodes()
+	ctx := context.Background()
+	for i, since := range []string{"10", "20", "30", "40", "x", ""} {
+		l := map[string]string{"claim": "waiting", "since": since}
+		if since == "" {
+			l = map[string]string{"claim": "holding"}
+		}
+		if _, err := s.CreateNode(node(fmt.Sprintf("n%d", i), l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(sel string, limit int64) (names []string, more bool) {
+		t.Helper()
+		l, err := c.List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: limit})
+		if err != nil {
+			t.Fatalf("%s: %v", sel, err)
+		}
+		for _, n := range l.Items {
+			names = append(names, n.Name)
+		}
+		return names, l.Continue != ""
+	}
+	check := func(when string) {
+		t.Helper()
+		all, _ := list("", 0)
+		for _, sel := range []string{"since>15", "since<35", "since>15,since<35", "since>20", "since<30", "since>20,since<40", "claim=waiting,since<25", "since>100", "since", "claim!=waiting", "claim=waiting,since>0", "claim=waiting,since!=40", "claim=waiting,since notin (10,30)"} {
+			ls, _ := labels.Parse(sel)
+			var want []string
+			for _, name := range all {
+				if ls.Matches(labels.Set(s.Node(name).Labels)) {
+					want = append(want, name)
+				}
+			}
+			if got, _ := list(sel, 0); !slices.Equal(got, want) {
+				t.Errorf("%s: %s: got %v, want %v", when, sel, got, want)
+			}
+			if len(want) > 1 {
+				got, more := list(sel, 1)
+				if !slices.Equal(got, want[:1]) || !more {
+					t.Errorf("%s: %s, limit 1: got %v (more %v), want %v and more", when, sel, got, more, want[:1])
+				}
+			}
+		}
+	}
+	check("created")
+	if err := s.UpdateNode("n1", Admin, func(n *corev1.Node) { n.Labels["since"] = "50" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpdateNode("n0", Admin, func(n *corev1.Node) { n.Labels = nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteNode("n2"); err != nil {
+		t.Fatal(err)
+	}
+	check("changed")
 }

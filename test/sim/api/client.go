@@ -205,8 +205,21 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
 	rv := s.rv
+	list := &corev1.NodeList{}
 	var nodes []*corev1.Node
 	switch {
+	case o.Limit > 0 && o.LabelSelector == "" && o.FieldSelector == "" && o.ResourceVersionMatch != metav1.ResourceVersionMatchExact &&
+		(o.ResourceVersion != "0" || s.Faults.CacheLag == nil):
+		// A first page of every Node (a count of the cluster): cut from
+		// the sorted names, not from a copy of them all.
+		names := s.sortedNames()
+		if int64(len(names)) > o.Limit {
+			list.RemainingItemCount = ptr.To(int64(len(names)) - o.Limit)
+			names, list.Continue = names[:o.Limit], "next"
+		}
+		for _, n := range names {
+			nodes = append(nodes, s.nodes[n])
+		}
 	case o.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
 		// At that revision exactly, as etcd serves it.
 		at, err := strconv.ParseUint(o.ResourceVersion, 10, 64)
@@ -214,17 +227,23 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersion %q: not a revision the store has", o.ResourceVersion))
 		}
 		rv = at
-		nodes = s.nodesAt(rv, ls)
+		nodes = slices.DeleteFunc(s.nodesAt(rv, ls), func(n *corev1.Node) bool { return !match(n) })
 	case o.ResourceVersion == "0" && s.Faults.CacheLag != nil:
 		rv = s.cacheRV(s.Faults.CacheLag(r))
-		nodes = s.nodesAt(rv, ls)
+		nodes = slices.DeleteFunc(s.nodesAt(rv, ls), func(n *corev1.Node) bool { return !match(n) })
 	default:
 		for _, obj := range s.candidates(ls) {
-			nodes = append(nodes, obj.(*corev1.Node))
+			if n := obj.(*corev1.Node); match(n) {
+				nodes = append(nodes, n)
+				// With a selector a page does not say how many
+				// remain: one more than the page says that some do.
+				if o.Limit > 0 && int64(len(nodes)) > o.Limit && (o.LabelSelector != "" || o.FieldSelector != "") {
+					break
+				}
+			}
 		}
 	}
-	nodes = slices.DeleteFunc(nodes, func(n *corev1.Node) bool { return !match(n) })
-	list := &corev1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)}}
+	list.ResourceVersion = strconv.FormatUint(rv, 10)
 	// A first page, as the API server serves it: with no selector, it
 	// says how many remain (no request here reads a next page). Cut
 	// before the copies: a limited read far back matches thousands.

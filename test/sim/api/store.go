@@ -14,8 +14,10 @@
 package api
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,6 +76,11 @@ type Store struct {
 	// a List or a watch by the claim labels does not go through every
 	// node of a large cluster.
 	byLabel map[string]map[string]map[string]struct{}
+	// byNumber is, per label, its values that are numbers, in order, so
+	// that a range selector (a place in the queue: gt, lt) finds the
+	// values it accepts without trying every one; made when a range
+	// asks, dropped when a value of the label comes or goes.
+	byNumber map[string][]numbered
 	// log is every watchable change, in order, for watches that resume
 	// from a resourceVersion; entries older than window are dropped, and
 	// a watch from before them gets 410 Gone.
@@ -481,6 +488,10 @@ func (s *Store) index(name string, was, is map[string]string) {
 			continue
 		}
 		delete(s.byLabel[k][v], name)
+		if len(s.byLabel[k][v]) == 0 {
+			delete(s.byLabel[k], v)
+			delete(s.byNumber, k)
+		}
 	}
 	for k, v := range is {
 		if ov, ok := was[k]; ok && ov == v {
@@ -491,9 +502,65 @@ func (s *Store) index(name string, was, is map[string]string) {
 		}
 		if s.byLabel[k][v] == nil {
 			s.byLabel[k][v] = map[string]struct{}{}
+			delete(s.byNumber, k)
 		}
 		s.byLabel[k][v][name] = struct{}{}
 	}
+}
+
+// numbered is a label's value that is a number.
+type numbered struct {
+	n int64
+	v string
+}
+
+// inRange is the values of label k that a range from its requirements
+// reqs (gt, lt; none other) accepts: those greater than every gt and
+// less than every lt, as labels.Requirement reads them (base 10, 64
+// bits; a value that is not a number matches no range). s.mu is held.
+func (s *Store) inRange(k string, reqs []labels.Requirement) []string {
+	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+	for _, r := range reqs {
+		if r.Key() != k {
+			continue
+		}
+		b, err := strconv.ParseInt(r.Values().List()[0], 10, 64)
+		if err != nil {
+			return nil // labels.Parse refuses such a selector
+		}
+		if r.Operator() == selection.GreaterThan {
+			lo = max(lo, b)
+		} else {
+			hi = min(hi, b)
+		}
+	}
+	if s.byNumber == nil {
+		s.byNumber = map[string][]numbered{}
+	}
+	vals, ok := s.byNumber[k]
+	if !ok {
+		for v := range s.byLabel[k] {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				vals = append(vals, numbered{n, v})
+			}
+		}
+		slices.SortFunc(vals, func(a, b numbered) int { return cmp.Compare(a.n, b.n) })
+		s.byNumber[k] = vals
+	}
+	from, _ := slices.BinarySearchFunc(vals, lo, func(e numbered, t int64) int {
+		if e.n <= t {
+			return -1
+		}
+		return 1
+	})
+	var out []string
+	for _, e := range vals[from:] {
+		if e.n >= hi {
+			break
+		}
+		out = append(out, e.v)
+	}
+	return out
 }
 
 // candidates are the current Nodes that may match ls, sorted by name:
@@ -515,20 +582,27 @@ func (s *Store) candidates(ls labels.Selector) []any {
 			continue // matches nodes without the label too
 		}
 		k := r.Key()
-		one := labels.Set{k: ""}
 		var sets []map[string]struct{}
 		n := 0
-		for v, names := range s.byLabel[k] {
-			one[k] = v
-			ok := true
-			for _, q := range reqs {
-				if q.Key() == k && !q.Matches(one) {
-					ok = false
-					break
-				}
-			}
-			if ok {
+		if ranged(k, reqs) {
+			for _, v := range s.inRange(k, reqs) {
+				names := s.byLabel[k][v]
 				sets, n = append(sets, names), n+len(names)
+			}
+		} else {
+			one := labels.Set{k: ""}
+			for v, names := range s.byLabel[k] {
+				one[k] = v
+				ok := true
+				for _, q := range reqs {
+					if q.Key() == k && !q.Matches(one) {
+						ok = false
+						break
+					}
+				}
+				if ok {
+					sets, n = append(sets, names), n+len(names)
+				}
 			}
 		}
 		if bestN < 0 || n < bestN {
@@ -538,9 +612,28 @@ func (s *Store) candidates(ls labels.Selector) []any {
 	if bestN < 0 {
 		return s.current("nodes")
 	}
+	// A requirement that a label not have a value leaves out the Nodes
+	// that have it, before the sort: far back, a node reads the waiting
+	// claims whose limits are not its own, one of thousands waiting.
+	var without []map[string]struct{}
+	for _, r := range reqs {
+		if op := r.Operator(); op == selection.NotEquals || op == selection.NotIn {
+			for v := range r.Values() {
+				if set := s.byLabel[r.Key()][v]; len(set) > 0 {
+					without = append(without, set)
+				}
+			}
+		}
+	}
 	names := make([]string, 0, bestN)
 	for _, set := range best {
+	name:
 		for n := range set {
+			for _, w := range without {
+				if _, ok := w[n]; ok {
+					continue name
+				}
+			}
 			names = append(names, n)
 		}
 	}
@@ -550,4 +643,18 @@ func (s *Store) candidates(ls labels.Selector) []any {
 		out[i] = s.nodes[n]
 	}
 	return out
+}
+
+// ranged reports whether every requirement of reqs on label k is a
+// range (gt, lt): then inRange finds its values.
+func ranged(k string, reqs []labels.Requirement) bool {
+	for _, r := range reqs {
+		if r.Key() != k {
+			continue
+		}
+		if op := r.Operator(); op != selection.GreaterThan && op != selection.LessThan {
+			return false
+		}
+	}
+	return true
 }

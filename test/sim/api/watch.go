@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"strconv"
@@ -302,7 +303,7 @@ func (s *Store) startWatch(who, resource string, o metav1.ListOptions, convert f
 	from, perr := strconv.ParseUint(o.ResourceVersion, 10, 64)
 	switch {
 	case initial || o.ResourceVersion == "" || o.ResourceVersion == "0" || perr != nil:
-		for _, obj := range s.current(resource) {
+		for _, obj := range s.watched(resource, w.name, o.LabelSelector) {
 			if match(obj) {
 				w.enqueue(watch.Event{Type: watch.Added, Object: convert(obj, rvOf(obj.(metav1.Object)))}, s.rv)
 			}
@@ -327,8 +328,11 @@ func (s *Store) startWatch(who, resource string, o metav1.ListOptions, convert f
 		return w, nil
 	default:
 		w.lastRV = from
-		for _, c := range s.log {
-			if c.rv > from && c.resource == resource {
+		// The log is in revision order: from the first change after
+		// from, not through the whole window.
+		i, _ := slices.BinarySearchFunc(s.log, from, func(c change, rv uint64) int { return cmp.Compare(c.rv, rv+1) })
+		for _, c := range s.log[i:] {
+			if c.resource == resource {
 				w.offer(c)
 			}
 		}
@@ -353,15 +357,32 @@ func (w *watcher) deliverThenEnd() {
 	}
 }
 
+// watched is what a watch of resource starts from, a superset of what
+// it matches: one Node by name, the Nodes the label index offers, or
+// every object. s.mu is held.
+func (s *Store) watched(resource, name, selector string) []any {
+	if resource != "nodes" {
+		return s.current(resource)
+	}
+	if name != "" {
+		if n, ok := s.nodes[name]; ok {
+			return []any{n}
+		}
+		return nil
+	}
+	ls, err := labels.Parse(selector)
+	if err != nil {
+		return s.current(resource) // the match refuses what this cannot read
+	}
+	return s.candidates(ls)
+}
+
 // current lists the objects of resource. s.mu is held.
 func (s *Store) current(resource string) []any {
 	var out []any
 	switch resource {
 	case "nodes":
-		if s.names == nil {
-			s.names = slices.Sorted(maps.Keys(s.nodes))
-		}
-		for _, k := range s.names {
+		for _, k := range s.sortedNames() {
 			out = append(out, s.nodes[k])
 		}
 	case "pods":
@@ -370,6 +391,14 @@ func (s *Store) current(resource string) []any {
 		}
 	}
 	return out
+}
+
+// sortedNames is the nodes' names, sorted. s.mu is held.
+func (s *Store) sortedNames() []string {
+	if s.names == nil {
+		s.names = slices.Sorted(maps.Keys(s.nodes))
+	}
+	return s.names
 }
 
 // WatchStats is how many watches are open and how many events wait in
