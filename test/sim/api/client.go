@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -227,21 +226,17 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersion %q: not a revision the store has", o.ResourceVersion))
 		}
 		rv = at
-		nodes = slices.DeleteFunc(s.nodesAt(rv, ls), func(n *corev1.Node) bool { return !match(n) })
+		nodes = firstMatches(s.nodesAt(rv, ls), match, o)
 	case o.ResourceVersion == "0" && s.Faults.CacheLag != nil:
 		rv = s.cacheRV(s.Faults.CacheLag(r))
-		nodes = slices.DeleteFunc(s.nodesAt(rv, ls), func(n *corev1.Node) bool { return !match(n) })
+		nodes = firstMatches(s.nodesAt(rv, ls), match, o)
 	default:
-		for _, obj := range s.candidates(ls) {
-			if n := obj.(*corev1.Node); match(n) {
-				nodes = append(nodes, n)
-				// With a selector a page does not say how many
-				// remain: one more than the page says that some do.
-				if o.Limit > 0 && int64(len(nodes)) > o.Limit && (o.LabelSelector != "" || o.FieldSelector != "") {
-					break
-				}
-			}
+		cands := s.candidates(ls)
+		all := make([]*corev1.Node, len(cands))
+		for i, obj := range cands {
+			all[i] = obj.(*corev1.Node)
 		}
+		nodes = firstMatches(all, match, o)
 	}
 	list.ResourceVersion = strconv.FormatUint(rv, 10)
 	// A first page, as the API server serves it: with no selector, it
@@ -258,6 +253,23 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 		n.DeepCopyInto(&list.Items[i])
 	}
 	return list, nil
+}
+
+// firstMatches is the nodes (sorted by name) that match, all of them
+// or, for a page with a selector, one more than the page (which then
+// says that more remain; with a selector it does not say how many): a
+// node far back reads a page of the thousands ahead of it.
+func firstMatches(nodes []*corev1.Node, match func(any) bool, o metav1.ListOptions) []*corev1.Node {
+	paged := o.Limit > 0 && (o.LabelSelector != "" || o.FieldSelector != "")
+	var out []*corev1.Node
+	for _, n := range nodes {
+		if match(n) {
+			if out = append(out, n); paged && int64(len(out)) > o.Limit {
+				break
+			}
+		}
+	}
+	return out
 }
 
 func (s *Store) listPods(o metav1.ListOptions) (*corev1.PodList, error) {
