@@ -23,6 +23,10 @@ const TakeBound = 40 * time.Second
 // them over: after lock.waiting_grace.
 func (w *World) watchProgress() {
 	since := map[string]time.Time{} // node -> eligible since
+	// The claim's own place for since: a claim made again (the admin
+	// removed it, even in the instant it took a slot, between two
+	// looks) is a new wait, judged from its own eligibility.
+	joined := map[string]time.Time{}
 	var lastOutage time.Time
 	var lastRV uint64
 	var ps []claim.Participant
@@ -57,13 +61,17 @@ func (w *World) watchProgress() {
 			_, ok := live[name]
 			return !ok && now.Sub(since[name]) > grace && !since[name].IsZero()
 		})
+		places := map[string]time.Time{}
+		for _, p := range ps {
+			places[p.Name] = p.Claim.Since
+		}
 		for _, name := range q.Waiting {
 			if !q.Eligible(name) {
 				delete(since, name)
 				continue
 			}
-			if since[name].IsZero() {
-				since[name] = now
+			if since[name].IsZero() || !joined[name].Equal(places[name]) {
+				since[name], joined[name] = now, places[name]
 			}
 			started, ok := live[name]
 			if !ok {
