@@ -157,6 +157,7 @@ func heapPeaks(t *testing.T, path string, store *atomic.Pointer[api.Store]) (sto
 		defer close(ended)
 		var peak, stacks, sys uint64
 		goroutines, watches, queued := 0, 0, 0
+		began, said := time.Now(), time.Now()
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
@@ -173,6 +174,14 @@ func heapPeaks(t *testing.T, path string, store *atomic.Pointer[api.Store]) (sto
 			if s := store.Load(); s != nil {
 				w, q := s.WatchStats()
 				watches, queued = max(watches, w), max(queued, q)
+				// A line a minute, so that a roll of hours shows how far
+				// it is and what its memory holds as it goes.
+				if time.Since(said) >= time.Minute {
+					said = time.Now()
+					revs, over := s.Written()
+					fmt.Fprintf(os.Stderr, "%s: at %s of the roll, %d Node revisions; heap %d MB, %d goroutines, %d watches, %d events queued\n",
+						time.Since(began).Round(time.Second), over.Round(time.Second), revs, m.HeapInuse>>20, runtime.NumGoroutine(), w, q)
+				}
 			}
 			if m.HeapInuse <= peak {
 				continue

@@ -30,6 +30,7 @@ func (w *World) watchProgress() {
 	var lastOutage time.Time
 	var lastRV uint64
 	var ps []claim.Participant
+	var places map[string]time.Time // node -> its claim's since, from ps
 	for sleep(w.ctx, time.Second) == nil {
 		now := time.Now()
 		w.mu.Lock()
@@ -47,6 +48,10 @@ func (w *World) watchProgress() {
 				}
 			}
 			ps = lock.Participants(nodes, now, 5*time.Minute)
+			places = make(map[string]time.Time, len(ps))
+			for _, p := range ps {
+				places[p.Name] = p.Claim.Since
+			}
 		}
 		live := map[string]time.Time{} // node -> its daemon's start
 		for _, h := range w.Hosts {
@@ -61,10 +66,6 @@ func (w *World) watchProgress() {
 			_, ok := live[name]
 			return !ok && now.Sub(since[name]) > grace && !since[name].IsZero()
 		})
-		places := map[string]time.Time{}
-		for _, p := range ps {
-			places[p.Name] = p.Claim.Since
-		}
 		for _, name := range q.Waiting {
 			if !q.Eligible(name) {
 				delete(since, name)

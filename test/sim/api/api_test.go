@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 )
 
 func node(name string, labels map[string]string) *corev1.Node {
@@ -212,6 +213,17 @@ func TestListBySelector(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		all, _ := list("", 0)
+		// The count of the cluster: a first page with no selector says
+		// how many remain.
+		l, err := c.List(ctx, metav1.ListOptions{Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Items) != 2 || l.Items[0].Name != all[0] || l.Items[1].Name != all[1] ||
+			l.RemainingItemCount == nil || *l.RemainingItemCount != int64(len(all)-2) || l.Continue == "" {
+			t.Errorf("%s: no selector, limit 2: got %d items, %d remaining (-1: not said), continue %q; want %v and %d remaining",
+				when, len(l.Items), ptr.Deref(l.RemainingItemCount, -1), l.Continue, all[:2], len(all)-2)
+		}
 		for _, sel := range []string{"since>15", "since<35", "since>15,since<35", "since>20", "since<30", "since>20,since<40", "claim=waiting,since<25", "since>100", "since", "claim!=waiting", "claim=waiting,since>0", "claim=waiting,since!=40", "claim=waiting,since notin (10,30)"} {
 			ls, _ := labels.Parse(sel)
 			var want []string

@@ -206,17 +206,15 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 	rv := s.rv
 	list := &corev1.NodeList{}
 	var nodes []*corev1.Node
+	total := -1 // the matching nodes when nodes holds only the first of them
 	switch {
 	case o.Limit > 0 && o.LabelSelector == "" && o.FieldSelector == "" && o.ResourceVersionMatch != metav1.ResourceVersionMatchExact &&
 		(o.ResourceVersion != "0" || s.Faults.CacheLag == nil):
 		// A first page of every Node (a count of the cluster): cut from
 		// the sorted names, not from a copy of them all.
 		names := s.sortedNames()
-		if int64(len(names)) > o.Limit {
-			list.RemainingItemCount = ptr.To(int64(len(names)) - o.Limit)
-			names, list.Continue = names[:o.Limit], "next"
-		}
-		for _, n := range names {
+		total = len(names)
+		for _, n := range names[:min(int64(len(names)), o.Limit+1)] {
 			nodes = append(nodes, s.nodes[n])
 		}
 	case o.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
@@ -231,12 +229,7 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 		rv = s.cacheRV(s.Faults.CacheLag(r))
 		nodes = firstMatches(s.nodesAt(rv, ls), match, o)
 	default:
-		cands := s.candidates(ls)
-		all := make([]*corev1.Node, len(cands))
-		for i, obj := range cands {
-			all[i] = obj.(*corev1.Node)
-		}
-		nodes = firstMatches(all, match, o)
+		nodes = firstMatches(s.candidates(ls), match, o)
 	}
 	list.ResourceVersion = strconv.FormatUint(rv, 10)
 	// A first page, as the API server serves it: with no selector, it
@@ -244,7 +237,7 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 	// before the copies: a limited read far back matches thousands.
 	if o.Limit > 0 && int64(len(nodes)) > o.Limit {
 		if o.LabelSelector == "" && o.FieldSelector == "" {
-			list.RemainingItemCount = ptr.To(int64(len(nodes)) - o.Limit)
+			list.RemainingItemCount = ptr.To(int64(max(total, len(nodes))) - o.Limit)
 		}
 		nodes, list.Continue = nodes[:o.Limit], "next"
 	}
@@ -259,12 +252,12 @@ func (s *Store) listNodes(r Request, o metav1.ListOptions) (*corev1.NodeList, er
 // or, for a page with a selector, one more than the page (which then
 // says that more remain; with a selector it does not say how many): a
 // node far back reads a page of the thousands ahead of it.
-func firstMatches(nodes []*corev1.Node, match func(any) bool, o metav1.ListOptions) []*corev1.Node {
+func firstMatches[T any](nodes []T, match func(any) bool, o metav1.ListOptions) []*corev1.Node {
 	paged := o.Limit > 0 && (o.LabelSelector != "" || o.FieldSelector != "")
 	var out []*corev1.Node
 	for _, n := range nodes {
 		if match(n) {
-			if out = append(out, n); paged && int64(len(out)) > o.Limit {
+			if out = append(out, any(n).(*corev1.Node)); paged && int64(len(out)) > o.Limit {
 				break
 			}
 		}

@@ -401,6 +401,18 @@ func (s *Store) sortedNames() []string {
 	return s.names
 }
 
+// Written is how many Node revisions there are and how much virtual time
+// lies between the first and the newest, for the cost measurement's
+// progress line.
+func (s *Store) Written() (revisions int, over time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.revisions) == 0 {
+		return 0, 0
+	}
+	return len(s.revisions), s.revisions[len(s.revisions)-1].At.Sub(s.revisions[0].At)
+}
+
 // WatchStats is how many watches are open and how many events wait in
 // their queues, for the cost measurement.
 func (s *Store) WatchStats() (watches, queued int) {
