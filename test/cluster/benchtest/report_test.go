@@ -42,6 +42,9 @@ func writeTable(w io.Writer, rows []result) {
 			parts = append(parts, fmt.Sprintf("%s %d (%d/s)", v, r.ByVerb[v], r.PeakByVerb[v]))
 		}
 		fmt.Fprintf(w, "- N=%d, k=%d, %s: %s; %.1f reads of the queue per node; %d conflicts, %d throttled\n", r.Nodes, r.Concurrency, label(r), strings.Join(parts, ", "), r.QueueReadsPerNode, r.Conflicts, r.Throttled)
+		if len(r.ConflictsAfter) > 0 {
+			fmt.Fprintf(w, "  conflicts by the writer's request before them: %v\n", r.ConflictsAfter)
+		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "The busiest second (seconds after the first sentinel): its requests by kind, most first:")
@@ -58,9 +61,9 @@ func writeTable(w io.Writer, rows []result) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Kubelet heartbeats (Lease renewals, status reports), p50 / p99 (count): idle; the whole roll; the roll's busiest second:")
 	for _, r := range rows {
-		fmt.Fprintf(w, "- N=%d, k=%d, %s: idle %s; roll %s; busiest second %s, max %.0f ms; %d throttled, %d failed\n",
-			r.Nodes, r.Concurrency, label(r), r.HeartbeatIdle, r.HeartbeatRoll, r.HeartbeatBusy, r.HeartbeatBusy.MaxMs,
-			r.HeartbeatThrottled, r.HeartbeatFailed)
+		fmt.Fprintf(w, "- N=%d, k=%d, %s: idle %s; roll %s (leases %s, status reports %s); busiest second %s, max %.0f ms; %d throttled, %d failed\n",
+			r.Nodes, r.Concurrency, label(r), r.HeartbeatIdle, r.HeartbeatRoll, r.HeartbeatRollByKind["lease"], r.HeartbeatRollByKind["status"],
+			r.HeartbeatBusy, r.HeartbeatBusy.MaxMs, r.HeartbeatThrottled, r.HeartbeatFailed)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "The machine: CPU of the test process (API server, etcd, every host; cores busy of %d), and the waits in the queues of the priority level %s (the heartbeats', shared with kured-host's reads and writes of Nodes), from the API server's %s: idle; the whole roll; around the busiest second:\n", runtime.NumCPU(), heartbeatLevel, apfWaitMetric)

@@ -121,6 +121,10 @@ type result struct {
 	Unfinished string `json:"unfinished,omitempty"`
 	// Conflicts are writes refused because the object had changed (409).
 	Conflicts int `json:"conflicts"`
+	// ConflictsAfter counts the conflicts by the writer's request before
+	// the refused write (a watch not counted), to tell where in the cycle
+	// the writes meet another writer.
+	ConflictsAfter map[string]int `json:"conflictsAfter"`
 	// Throttled are requests the API server's priority and fairness
 	// turned away (429, retried by client-go after a second).
 	Throttled int `json:"throttled"`
@@ -150,6 +154,11 @@ type result struct {
 	HeartbeatBusy      latency `json:"heartbeatBusiestSecond"`
 	HeartbeatThrottled int     `json:"heartbeatThrottled"`
 	HeartbeatFailed    int     `json:"heartbeatFailed"`
+	// HeartbeatRollByKind splits the roll's heartbeats: the Lease
+	// renewals, which idle has too, and the status reports that the
+	// reboots themselves cause (NotReady at shutdown, Ready in the new
+	// boot), which idle has none of.
+	HeartbeatRollByKind map[string]latency `json:"heartbeatRollByKind"`
 	// The machine over the same three stretches: CPU and the heartbeat
 	// level's queue waits (apf_test.go).
 	LoadIdle load `json:"loadIdle"`
@@ -475,6 +484,20 @@ func measure(c rollCase, strategy string, start, end time.Time, slots []slot, re
 	r.ReadsPerNode = float64(reqs.Reads()) / float64(c.Nodes)
 	r.QueueReadsPerNode = float64(len(reqs.Where(queueRead))) / float64(c.Nodes)
 	r.Conflicts = len(reqs.Where(func(x cluster.Request) bool { return x.Code == 409 }))
+	r.ConflictsAfter = map[string]int{}
+	last := map[string]cluster.Request{}
+	for _, x := range reqs {
+		if x.Code == 409 {
+			before := "nothing since the first sentinel"
+			if p, ok := last[x.User]; ok {
+				before = fmt.Sprintf("%s (%d)", requestKind(p), p.Code)
+			}
+			r.ConflictsAfter[before]++
+		}
+		if x.Verb != "watch" {
+			last[x.User] = x
+		}
+	}
 	r.Throttled = len(reqs.Where(func(x cluster.Request) bool { return x.Code == 429 }))
 	p50, p99 := handoffs(slots)
 	r.HandoffP50, r.HandoffP99 = p50.Seconds(), p99.Seconds()
@@ -534,6 +557,10 @@ func heartbeats(r *result, idle, roll []cluster.Heartbeat, reqs, all cluster.Req
 		}
 	}
 	r.HeartbeatBusy = latencyOf(busy)
+	r.HeartbeatRollByKind = map[string]latency{}
+	for _, kind := range []string{"lease", "status"} {
+		r.HeartbeatRollByKind[kind] = latencyOf(slices.DeleteFunc(slices.Clone(roll), func(b cluster.Heartbeat) bool { return b.Kind != kind }))
+	}
 	if len(busy) == 0 && len(roll) > 0 {
 		fmt.Fprintf(os.Stderr, "no heartbeat in the busiest second %s; the roll's from %s to %s\n",
 			at.Format(time.RFC3339Nano), roll[0].At.Format(time.RFC3339Nano), roll[len(roll)-1].At.Format(time.RFC3339Nano))
