@@ -130,7 +130,7 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 		},
 		Marks: &marks.Marker{
 			Client: c.Kube, Node: node, Annotate: cfg.Node.Annotate,
-			Pre: cfg.Node.PreRebootLabels, Post: cfg.Node.PostRebootLabels,
+			Pre: cfg.Node.PreRebootLabels, Post: cfg.Node.PostRebootLabels, Observe: l.Observe,
 		},
 		Messages: messenger(messages),
 		Sentinel: sentinelFor(cfg.Sentinel, s.Root),
@@ -155,7 +155,7 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 			if err != nil {
 				return false, "", err
 			}
-			return kube.NodeReadyIn(ctx, c.Kube, node, boot)
+			return kube.NodeReadyIn(ctx, c.Kube, node, boot, l.Observe)
 		},
 	}, nil
 }

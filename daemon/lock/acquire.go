@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -33,6 +34,18 @@ func (l *Lock) Join(ctx context.Context) error {
 		if cur.state != "" {
 			return nil
 		}
+		if l.o.Now().Sub(cur.at) > joinReadAfter {
+			// The write is conditional on the Node's version, and a need
+			// comes long after the daemon last read its Node (hours, as a
+			// rule), while the kubelet and the controllers change it
+			// (status reports, taints). On the old version the write would
+			// be refused and cost a read and a second write; the zone
+			// labels the claim records are read fresh too.
+			if _, _, err := l.Own(ctx); err != nil && !errors.Is(err, claim.ErrUnparsable) {
+				return err
+			}
+			continue
+		}
 		own := l.ownLimits()
 		c := claim.Claim{Since: l.o.ServerNow().UTC().Truncate(time.Millisecond), Limits: own, Groups: groupValues(cur.labels, own.Groups)}
 		_, err := l.write(ctx, claim.Waiting, c)
@@ -55,6 +68,9 @@ func (l *Lock) Join(ctx context.Context) error {
 const (
 	joinRate      = 50 // nodes per second
 	joinSpreadMax = 2 * time.Minute
+	// joinReadAfter: a join writes on a version of the Node read or
+	// written at most this long ago; an older one is read again first.
+	joinReadAfter = time.Second
 )
 
 // paceJoin waits a random time up to the cluster's node count / joinRate.

@@ -26,6 +26,8 @@ type ownClaim struct {
 	annotations map[string]string
 	// unschedulable is the Node's spec.unschedulable at rv.
 	unschedulable bool
+	// at is when this daemon read or wrote the Node at rv (its own clock).
+	at time.Time
 }
 
 // Own reads the node's claim with a consistent GET (never a cache) and
@@ -39,7 +41,7 @@ func (l *Lock) Own(ctx context.Context) (claim.Claim, claim.State, error) {
 }
 
 func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
-	o := ownClaim{uid: n.UID, rv: n.ResourceVersion, labels: n.Labels, annotations: n.Annotations, unschedulable: n.Spec.Unschedulable}
+	o := ownClaim{uid: n.UID, rv: n.ResourceVersion, labels: n.Labels, annotations: n.Annotations, unschedulable: n.Spec.Unschedulable, at: l.o.Now()}
 	var err error
 	if lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]; lv != "" || ann != "" {
 		o.claim, err = claim.Parse(lv, ann)

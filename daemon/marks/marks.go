@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -44,6 +45,10 @@ type Marker struct {
 	// Pre are set when the drain starts, Post after the reboot or when it
 	// is given up (a key in both takes Post's value then).
 	Pre, Post map[string]string
+	// Observe, if set, is given the Node as each mark left it: the
+	// lock's next claim write is conditional on the Node's version and
+	// builds on it (lock.Lock.Observe) instead of meeting a conflict.
+	Observe func(*corev1.Node)
 }
 
 // InProgress marks the reboot as in progress and needed since at, as
@@ -108,8 +113,12 @@ func (m *Marker) patch(ctx context.Context, labels map[string]string, annotation
 	if err != nil {
 		return fmt.Errorf("mark node %s: %w", m.Node, err)
 	}
-	if _, err := m.Client.CoreV1().Nodes().Patch(ctx, m.Node, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+	n, err := m.Client.CoreV1().Nodes().Patch(ctx, m.Node, types.MergePatchType, body, metav1.PatchOptions{})
+	if err != nil {
 		return fmt.Errorf("mark node %s: %w", m.Node, err)
+	}
+	if m.Observe != nil {
+		m.Observe(n)
 	}
 	return nil
 }

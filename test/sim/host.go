@@ -341,7 +341,7 @@ func (h *Host) startDaemon() {
 			if err != nil {
 				return false, "", err
 			}
-			return kube.NodeReadyIn(ctx, c.Kube, h.Name, boot)
+			return kube.NodeReadyIn(ctx, c.Kube, h.Name, boot, l.Observe)
 		},
 		Events:  &events.Recorder{Client: c.Kube, Host: h.Name, Now: h.now},
 		Node:    h.Name,
@@ -350,7 +350,8 @@ func (h *Host) startDaemon() {
 		// kured's marks, as the package writes them: patches to the
 		// Node that race with the claim's writes.
 		Marks: &marks.Marker{Client: c.Kube, Node: h.Name, Annotate: true,
-			Pre: map[string]string{"sim.kured-host.dev/rebooting": "true"}, Post: map[string]string{"sim.kured-host.dev/rebooting": "false"}},
+			Pre: map[string]string{"sim.kured-host.dev/rebooting": "true"}, Post: map[string]string{"sim.kured-host.dev/rebooting": "false"},
+			Observe: l.Observe},
 		Blockers: h.blockers(orders, cfg),
 		// The cluster's settings, over this host's configuration: the
 		// simulated hosts have no files, so every setting applies.

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -25,6 +27,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/kube"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/test/cluster"
 )
@@ -732,6 +735,166 @@ func TestObserveSavesTheConflict(t *testing.T) {
 				t.Errorf("claim label %q left after Release", v)
 			}
 		})
+	}
+}
+
+// TestJoinBuildsOnAFreshNode: a need comes long after the daemon last read
+// its Node, and others change the Node meanwhile (here the admin, as the
+// kubelet's status reports and the controllers' taints do). The join reads
+// the Node first and writes once, with no conflict; a join right after
+// the daemon read its Node writes on that version without reading again.
+func TestJoinBuildsOnAFreshNode(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	f := newFleet(t, ctx, []hostSpec{{name: "fresh-1", idle: true}})
+	h := f.host("fresh-1")
+	untainted(t, ctx, h.Name)
+	for _, tc := range []struct {
+		name            string
+		changed         bool
+		later           time.Duration
+		gets, conflicts int64
+	}{
+		{"changed long ago", true, 2 * time.Second, 1, 0},
+		{"read half a second ago", false, 500 * time.Millisecond, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var gets, conflicts atomic.Int64
+			cfg := rest.CopyConfig(h.Config)
+			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+				return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					resp, err := rt.RoundTrip(r)
+					if err == nil && resp.StatusCode == http.StatusConflict {
+						conflicts.Add(1)
+					}
+					if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/nodes/"+h.Name) {
+						gets.Add(1)
+					}
+					return resp, err
+				})
+			})
+			client, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The host's clock stands still but when the test moves it:
+			// the join's pacing sleeps in real time.
+			var offset atomic.Int64
+			base := time.Now()
+			l := lock.New(lock.Options{Client: client, Node: h.Name, Limits: limits(1, 0), WaitingGrace: time.Minute,
+				Now:       func() time.Time { return base.Add(time.Duration(offset.Load())) },
+				ServerNow: time.Now,
+				BootID:    func() (string, error) { return h.BootID(), nil }})
+			if _, _, err := l.Own(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if tc.changed {
+				if _, err := cp.Admin.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType,
+					[]byte(`{"metadata":{"labels":{"test.kured-host.dev/changed":"`+strconv.FormatInt(time.Now().UnixNano(), 10)+`"}}}`), metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			offset.Store(int64(tc.later))
+			gets.Store(0)
+			if err := l.Join(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if g, c := gets.Load(), conflicts.Load(); g != tc.gets || c != tc.conflicts {
+				t.Errorf("the join read its Node %d times and met %d conflicts, want %d and %d", g, c, tc.gets, tc.conflicts)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestMarksAndReadyFeedTheLock: kured's marks and the Ready check after
+// the boot read or write the Node between two claim writes; the next claim
+// write builds on what they got (lock.Observe) and meets no conflict.
+// Without it, the join after the in-progress mark and the release after the
+// Ready check (which saw the kubelet's report, here the admin's patch)
+// each meet one.
+func TestMarksAndReadyFeedTheLock(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	f := newFleet(t, ctx, []hostSpec{{name: "feed-1", idle: true}})
+	h := f.host("feed-1")
+	untainted(t, ctx, h.Name)
+	for _, tc := range []struct {
+		observe   bool
+		conflicts int64
+	}{{true, 0}, {false, 2}} {
+		t.Run(fmt.Sprintf("observe=%v", tc.observe), func(t *testing.T) {
+			var conflicts atomic.Int64
+			cfg := rest.CopyConfig(h.Config)
+			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+				return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					resp, err := rt.RoundTrip(r)
+					if err == nil && resp.StatusCode == http.StatusConflict {
+						conflicts.Add(1)
+					}
+					return resp, err
+				})
+			})
+			client, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := time.Now() // a clock that stands still: no read before the join
+			l := lock.New(lock.Options{Client: client, Node: h.Name, Limits: limits(1, 0), WaitingGrace: time.Minute,
+				Now: func() time.Time { return base }, ServerNow: time.Now,
+				BootID: func() (string, error) { return h.BootID(), nil }})
+			var observe func(*corev1.Node)
+			if tc.observe {
+				observe = l.Observe
+			}
+			m := &marks.Marker{Client: client, Node: h.Name, Annotate: true, Observe: observe}
+			if _, _, err := l.Own(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.InProgress(ctx, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Join(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cp.Admin.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType,
+				[]byte(`{"metadata":{"labels":{"test.kured-host.dev/kubelet":"`+strconv.FormatInt(time.Now().UnixNano(), 10)+`"}}}`), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := kube.NodeReadyIn(ctx, client, h.Name, h.BootID(), observe); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.NotNeeded(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := conflicts.Load(); got != tc.conflicts {
+				t.Errorf("%d conflicts, want %d", got, tc.conflicts)
+			}
+		})
+	}
+}
+
+// untainted waits until the node-lifecycle stand-in has taken a new
+// Node's not-ready taint away (the kubelet reported Ready): a write of its
+// own, which must not fall inside a test's count of conflicts.
+func untainted(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	for {
+		n, err := cp.Admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(n.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == cluster.NotReadyTaint }) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
