@@ -317,6 +317,9 @@ func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollC
 	if os.Getenv("BENCH_TIMELINE") != "" {
 		timeline(start, slots)
 	}
+	if os.Getenv("BENCH_CONFLICTS") != "" {
+		conflictTrace(start, reqs, all)
+	}
 	r := measure(c, strategy, start, end, slots, reqs, watch, cpu, memBefore, mem)
 	heartbeats(&r, idle, cp.Heartbeats(start, end), reqs, all.Between(start, end))
 	_, busiest := reqs.PeakPerSecond()
@@ -725,5 +728,24 @@ func timeline(start time.Time, slots []slot) {
 	slices.SortFunc(slots, func(a, b slot) int { return a.held.Compare(b.held) })
 	for _, s := range slots {
 		fmt.Fprintf(os.Stderr, "%s %7.3fs %7.3fs\n", s.node, s.held.Sub(start).Seconds(), s.released.Sub(start).Seconds())
+	}
+}
+
+// conflictTrace prints, for the first few writes refused with a conflict,
+// every request on the writer's Node around it (by anyone), so that the
+// other writer shows (BENCH_CONFLICTS=1).
+func conflictTrace(start time.Time, reqs, all cluster.Requests) {
+	shown := 0
+	for _, x := range reqs {
+		if x.Code != 409 || shown == 3 {
+			continue
+		}
+		shown++
+		fmt.Fprintf(os.Stderr, "conflict: %s %s at %.3f s\n", x.User, requestKind(x), x.Time.Sub(start).Seconds())
+		for _, y := range all {
+			if y.Resource == "nodes" && y.Name == x.Name && !y.Read() && y.Time.Before(x.Time.Add(time.Second)) {
+				fmt.Fprintf(os.Stderr, "  %.3f s %s %s %d\n", y.Time.Sub(start).Seconds(), y.User, requestKind(y), y.Code)
+			}
+		}
 	}
 }
