@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -80,6 +81,7 @@ func TestRollCost(t *testing.T) {
 			t.Errorf("N=%d: the roll did not complete", n)
 		}
 		rows = append(rows, costRow(w, meter.Figures(), window, time.Since(began)))
+		t.Logf("N=%d: requests by kind, most first:\n%s", n, kindTable(meter.Kinds(), nil, 20))
 	}
 	span := "makespan"
 	if window > 0 {
@@ -143,6 +145,34 @@ func costRow(w *World, f api.MeterFigures, window, wall time.Duration) string {
 		float64(f.Bytes)/float64(nodes)/1e6, wall.Round(time.Second))
 }
 
+// kindTable lists the kinds of request (what they cost since before, when
+// given), most requests first, at most top of them.
+func kindTable(now, before map[string]api.KindCount, top int) string {
+	type row struct {
+		kind string
+		api.KindCount
+	}
+	var rows []row
+	for k, c := range now {
+		c.Requests -= before[k].Requests
+		c.Bytes -= before[k].Bytes
+		if c.Requests > 0 || c.Bytes > 0 {
+			rows = append(rows, row{k, c})
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int {
+		return cmp.Or(cmp.Compare(b.Requests, a.Requests), cmp.Compare(b.Bytes, a.Bytes), strings.Compare(a.kind, b.kind))
+	})
+	var b strings.Builder
+	for i, r := range rows {
+		if i == top {
+			break
+		}
+		fmt.Fprintf(&b, "  %9d requests %9.1f MB  %s\n", r.Requests, float64(r.Bytes)/1e6, r.kind)
+	}
+	return b.String()
+}
+
 // heapPeaks, when SIM_COST_HEAP names a file, writes there the heap
 // profile of the largest heap seen in use (looked at every second of
 // wall time, outside the simulation's virtual time), for `go tool pprof`:
@@ -158,6 +188,7 @@ func heapPeaks(t *testing.T, path string, store *atomic.Pointer[api.Store]) (sto
 		var peak, stacks, sys uint64
 		goroutines, watches, queued := 0, 0, 0
 		began, said := time.Now(), time.Now()
+		var lastKinds map[string]api.KindCount
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
@@ -179,8 +210,10 @@ func heapPeaks(t *testing.T, path string, store *atomic.Pointer[api.Store]) (sto
 				if time.Since(said) >= time.Minute {
 					said = time.Now()
 					revs, over := s.Written()
-					fmt.Fprintf(os.Stderr, "%s: at %s of the roll, %d Node revisions; heap %d MB, %d goroutines, %d watches, %d events queued\n",
-						time.Since(began).Round(time.Second), over.Round(time.Second), revs, m.HeapInuse>>20, runtime.NumGoroutine(), w, q)
+					kinds := s.Meter.Kinds()
+					fmt.Fprintf(os.Stderr, "%s: at %s of the roll, %d Node revisions; heap %d MB, %d goroutines, %d watches, %d events queued; since the last line:\n%s",
+						time.Since(began).Round(time.Second), over.Round(time.Second), revs, m.HeapInuse>>20, runtime.NumGoroutine(), w, q, kindTable(kinds, lastKinds, 5))
+					lastKinds = kinds
 				}
 			}
 			if m.HeapInuse <= peak {

@@ -255,3 +255,54 @@ func TestListBySelector(t *testing.T) {
 	}
 	check("changed")
 }
+
+// TestMeterCountsEveryClient: the Meter counts the requests of the typed
+// client and of the metadata client alike (the lock reads the queue with
+// the second), each under its kind, with the bytes of their replies and of
+// their watch events.
+func TestMeterCountsEveryClient(t *testing.T) {
+	s := NewStore()
+	s.Meter = NewMeter()
+	for i := range 3 {
+		if _, err := s.CreateNode(node(fmt.Sprintf("n%d", i), map[string]string{"claim": "waiting"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := s.Client(NodeIdentity("n0"))
+	ctx := context.Background()
+	if _, err := c.Kube.CoreV1().Nodes().Get(ctx, "n0", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := c.Meta.Resource(corev1.SchemeGroupVersion.WithResource("nodes"))
+	if _, err := nodes.List(ctx, metav1.ListOptions{LabelSelector: "claim=waiting", Limit: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes.Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := nodes.Watch(ctx, metav1.ListOptions{LabelSelector: "claim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := s.UpdateNode("n2", Admin, func(n *corev1.Node) { n.Labels["claim"] = "holding" }); err != nil {
+		t.Fatal(err)
+	}
+	<-w.ResultChan()
+
+	kinds := s.Meter.Kinds()
+	for _, want := range []string{"get nodes (one)", "list nodes label=claim=waiting limit (metadata)", "get nodes (one) (metadata)", "watch nodes label=claim (metadata)"} {
+		if kinds[want].Requests != 1 {
+			t.Errorf("%q: %d requests, want 1 (kinds: %v)", want, kinds[want].Requests, kinds)
+		}
+	}
+	if b := kinds["list nodes label=claim=waiting limit (metadata)"].Bytes; b == 0 {
+		t.Error("the metadata List's reply counted no bytes")
+	}
+	if b := kinds["watch events"].Bytes; b == 0 {
+		t.Error("the watch event counted no bytes")
+	}
+	if f := s.Meter.Figures(); f.Requests != 4 {
+		t.Errorf("%d requests in all, want 4", f.Requests)
+	}
+}

@@ -145,7 +145,19 @@ func (c *Client) react(a k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, err
 	}
 	obj, err := c.serve(r, a)
-	c.s.Meter.request(c.who, obj)
+	var o *metav1.ListOptions
+	if l, ok := a.(k8stesting.ListActionImpl); ok {
+		o = &l.ListOptions
+	} else if w, ok := a.(k8stesting.WatchActionImpl); ok {
+		o = &metav1.ListOptions{}
+		if w.WatchRestrictions.Labels != nil {
+			o.LabelSelector = w.WatchRestrictions.Labels.String()
+		}
+		if w.WatchRestrictions.Fields != nil {
+			o.FieldSelector = w.WatchRestrictions.Fields.String()
+		}
+	}
+	c.s.Meter.request(c.who, kindOf(r, o), obj)
 	if err == nil && r.Write() && c.lose(r) {
 		return true, nil, ErrLostReply
 	}
@@ -429,9 +441,12 @@ func (m metaResource) Get(ctx context.Context, name string, _ metav1.GetOptions,
 	}
 	n := m.c.s.Node(name)
 	if n == nil {
+		m.c.s.Meter.request(m.c.who, kindOf(r, nil)+" (metadata)", nil)
 		return nil, apierrors.NewNotFound(nodesResource, name)
 	}
-	return metadataOnly(m.kind())(n, rvOf(n)).(*metav1.PartialObjectMetadata), nil
+	out := metadataOnly(m.kind())(n, rvOf(n)).(*metav1.PartialObjectMetadata)
+	m.c.s.Meter.request(m.c.who, kindOf(r, nil)+" (metadata)", out)
+	return out, nil
 }
 
 func (m metaResource) List(ctx context.Context, o metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
@@ -451,6 +466,7 @@ func (m metaResource) List(ctx context.Context, o metav1.ListOptions) (*metav1.P
 	for i := range nodes.Items {
 		out.Items = append(out.Items, *conv(&nodes.Items[i], rvOf(&nodes.Items[i])).(*metav1.PartialObjectMetadata))
 	}
+	m.c.s.Meter.request(m.c.who, kindOf(r, &o)+" (metadata)", out)
 	return out, nil
 }
 
@@ -459,6 +475,7 @@ func (m metaResource) Watch(ctx context.Context, o metav1.ListOptions) (watch.In
 	if err := m.c.before(r); err != nil {
 		return nil, err
 	}
+	m.c.s.Meter.request(m.c.who, kindOf(r, &o)+" (metadata)", nil)
 	return m.c.s.startWatch(m.c.who+"#"+m.c.id(), m.resource, o, metadataOnly(m.kind()), m.c.watchLag(r))
 }
 

@@ -1,10 +1,13 @@
 package api
 
 import (
+	"maps"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -18,11 +21,58 @@ type Meter struct {
 	perSecond map[int64]int
 	requests  map[string]int
 	bytes     map[string]int64
+	kinds     map[string]KindCount
+}
+
+// KindCount is what one kind of request cost: how many, and the bytes of
+// their replies.
+type KindCount struct {
+	Requests int
+	Bytes    int64
 }
 
 // NewMeter returns an empty Meter.
 func NewMeter() *Meter {
-	return &Meter{perSecond: map[int64]int{}, requests: map[string]int{}, bytes: map[string]int64{}}
+	return &Meter{perSecond: map[int64]int{}, requests: map[string]int{}, bytes: map[string]int64{}, kinds: map[string]KindCount{}}
+}
+
+// Kinds is what each kind of request has cost so far (verb, resource and
+// the shape of the selectors: numbers as #).
+func (m *Meter) Kinds() map[string]KindCount {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.kinds)
+}
+
+var digits = regexp.MustCompile(`[0-9]+`)
+
+// kindOf names a request's kind for Kinds.
+func kindOf(r Request, o *metav1.ListOptions) string {
+	k := r.Verb + " " + r.Resource
+	if r.Subresource != "" {
+		k += "/" + r.Subresource
+	}
+	if r.Verb == "get" && r.Name != "" {
+		k += " (one)"
+	}
+	if o != nil {
+		if o.LabelSelector != "" {
+			k += " label=" + digits.ReplaceAllString(o.LabelSelector, "#")
+		}
+		if o.FieldSelector != "" {
+			k += " field=" + strings.SplitN(o.FieldSelector, "=", 2)[0]
+		}
+		if o.Limit > 0 {
+			k += " limit"
+		}
+		if o.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
+			k += " exact"
+		}
+	}
+	return k
 }
 
 func size(obj runtime.Object) int64 {
@@ -32,7 +82,7 @@ func size(obj runtime.Object) int64 {
 	return 0
 }
 
-func (m *Meter) request(who string, reply runtime.Object) {
+func (m *Meter) request(who, kind string, reply runtime.Object) {
 	if m == nil {
 		return
 	}
@@ -42,6 +92,10 @@ func (m *Meter) request(who string, reply runtime.Object) {
 	m.perSecond[time.Now().Unix()]++
 	m.requests[who]++
 	m.bytes[who] += n
+	k := m.kinds[kind]
+	k.Requests++
+	k.Bytes += n
+	m.kinds[kind] = k
 }
 
 func (m *Meter) event(who string, obj runtime.Object) {
@@ -53,6 +107,9 @@ func (m *Meter) event(who string, obj runtime.Object) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.bytes[who] += n
+	k := m.kinds["watch events"]
+	k.Bytes += n
+	m.kinds["watch events"] = k
 }
 
 // MeterFigures is what a Meter counted.
