@@ -688,21 +688,7 @@ func TestObserveSavesTheConflict(t *testing.T) {
 		conflicts int64
 	}{{false, 1}, {true, 0}} {
 		t.Run(fmt.Sprintf("observe=%v", tc.observe), func(t *testing.T) {
-			var conflicts atomic.Int64
-			cfg := rest.CopyConfig(h.Config)
-			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-				return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-					resp, err := rt.RoundTrip(r)
-					if err == nil && resp.StatusCode == http.StatusConflict {
-						conflicts.Add(1)
-					}
-					return resp, err
-				})
-			})
-			client, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			client, conflicts, _ := conflictClient(t, h)
 			l := lock.New(lock.Options{Client: client, Node: h.Name, Limits: limits(1, 0), WaitingGrace: time.Minute,
 				BootID: func() (string, error) { return h.BootID(), nil }})
 			if _, _, err := l.Own(ctx); err != nil {
@@ -758,24 +744,7 @@ func TestJoinBuildsOnAFreshNode(t *testing.T) {
 		{"read half a second ago", false, 500 * time.Millisecond, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var gets, conflicts atomic.Int64
-			cfg := rest.CopyConfig(h.Config)
-			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-				return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-					resp, err := rt.RoundTrip(r)
-					if err == nil && resp.StatusCode == http.StatusConflict {
-						conflicts.Add(1)
-					}
-					if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/nodes/"+h.Name) {
-						gets.Add(1)
-					}
-					return resp, err
-				})
-			})
-			client, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			client, conflicts, gets := conflictClient(t, h)
 			// The host's clock stands still but when the test moves it:
 			// the join's pacing sleeps in real time.
 			var offset atomic.Int64
@@ -824,21 +793,7 @@ func TestMarksAndReadyFeedTheLock(t *testing.T) {
 		conflicts int64
 	}{{true, 0}, {false, 2}} {
 		t.Run(fmt.Sprintf("observe=%v", tc.observe), func(t *testing.T) {
-			var conflicts atomic.Int64
-			cfg := rest.CopyConfig(h.Config)
-			cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-				return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-					resp, err := rt.RoundTrip(r)
-					if err == nil && resp.StatusCode == http.StatusConflict {
-						conflicts.Add(1)
-					}
-					return resp, err
-				})
-			})
-			client, err := kubernetes.NewForConfig(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			client, conflicts, _ := conflictClient(t, h)
 			base := time.Now() // a clock that stands still: no read before the join
 			l := lock.New(lock.Options{Client: client, Node: h.Name, Limits: limits(1, 0), WaitingGrace: time.Minute,
 				Now: func() time.Time { return base }, ServerNow: time.Now,
@@ -896,6 +851,31 @@ func untainted(t *testing.T, ctx context.Context, node string) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// conflictClient is a client of host h that counts the writes refused
+// with a conflict and the GETs of h's own Node.
+func conflictClient(t *testing.T, h *cluster.SimHost) (client kubernetes.Interface, conflicts, gets *atomic.Int64) {
+	t.Helper()
+	conflicts, gets = new(atomic.Int64), new(atomic.Int64)
+	cfg := rest.CopyConfig(h.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil && resp.StatusCode == http.StatusConflict {
+				conflicts.Add(1)
+			}
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/nodes/"+h.Name) {
+				gets.Add(1)
+			}
+			return resp, err
+		})
+	})
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, conflicts, gets
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
