@@ -197,12 +197,24 @@ func markLeft(n metav1.Object, m participantMark) bool {
 	return err != nil || c.State != claim.Waiting || !c.Since.Equal(m.since)
 }
 
-// window is how many of the first waiting nodes watch: enough that the
-// next ones to go hear of a freed slot at once, with room for nodes passed
-// over or blocked by a full group, and never fewer than 16, so that in
-// most clusters every waiting node watches and the slots go strictly in
-// queue order; only long queues pace their tails.
-func (l *Lock) window() int { return max(2*max(l.ownLimits().Concurrency, 1)+2, minWindow) }
+// window is how many of the first waiting nodes watch: the next round
+// (concurrency) and windowSpare more, so that the next ones to go hear of
+// a freed slot at once, with room for nodes passed over or blocked by a
+// full group; and never fewer than 16, so that in most clusters every
+// waiting node watches and the slots go strictly in queue order; only
+// long queues pace their tails. Each watching node receives every change
+// of every active claim (about eight a slot, each a Node's metadata), so
+// the window is what a node pays near the front: twice the concurrency,
+// 22 at 10, made a node of a 500-node roll receive half as much again as
+// one of a 50-node roll at 5 (`make bench`), for nodes the next round
+// never reaches.
+func (l *Lock) window() int { return max(max(l.ownLimits().Concurrency, 1)+windowSpare, minWindow) }
+
+// windowSpare is how many waiting nodes beyond the next round watch: a
+// slot freed in a group whose next waiting node is further back than
+// this is found by the nodes far back within 2·farPoll + 2·roomConfirm
+// (roomNow), or as soon as the window moves on.
+const windowSpare = 6
 
 const minWindow = 16
 

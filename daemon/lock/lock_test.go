@@ -45,6 +45,22 @@ func TestPublishedIsTheStricter(t *testing.T) {
 	}
 }
 
+// TestWindow: the nodes that watch are the next round and windowSpare
+// more, never fewer than minWindow: a larger concurrency adds its own
+// round, not twice it (every watching node receives every change of an
+// active claim).
+func TestWindow(t *testing.T) {
+	for _, tc := range []struct{ concurrency, want int }{
+		{0, minWindow}, {1, minWindow}, {5, minWindow}, {10, minWindow},
+		{11, 17}, {20, 26}, {100, 106},
+	} {
+		l := New(Options{Limits: claim.Limits{Concurrency: tc.concurrency}})
+		if got := l.window(); got != tc.want {
+			t.Errorf("concurrency %d: window %d, want %d", tc.concurrency, got, tc.want)
+		}
+	}
+}
+
 // TestFarPace: a node far back reads the queue a few times per wait,
 // whatever the length of the queue: first doubling from 2 s, then about
 // half the expected time to reach the window at the rate observed.
