@@ -123,6 +123,9 @@ func FuzzRules(f *testing.F) {
 					w, u.Eligible(w), u.Blocked[w], u.Skipped[w], u.Position(w), q.Eligible(w), q.Blocked[w], q.Skipped[w], q.Position(w))
 			}
 		}
+		for _, w := range q.Waiting {
+			checkFull(t, snap, w, now)
+		}
 		for i, self := range snap {
 			if self.Claim.State != Entering || self.Err != nil {
 				continue
@@ -139,6 +142,38 @@ func FuzzRules(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkFull: a node that reads, besides the claims that bind it (the
+// active ones and the waiting ones that publish other limits), the
+// waiting claims ahead of it (or level with it) only outside the domains
+// Full names, is admitted, or not, as when it reads all of them.
+func checkFull(t *testing.T, snap []Participant, self string, now time.Time) {
+	t.Helper()
+	i := slices.IndexFunc(snap, func(p Participant) bool { return p.Name == self })
+	own := snap[i].Claim.Limits
+	var binding, ahead []Participant
+	for _, p := range snap {
+		switch {
+		case p.Name == self:
+		case p.active(now, 0) || p.Claim.State != Waiting || p.Err != nil || LimitsDigest(p.Claim.Limits) != LimitsDigest(own):
+			binding = append(binding, p)
+		case !p.Claim.Since.After(snap[i].Claim.Since):
+			ahead = append(ahead, p)
+		}
+	}
+	read := append(binding, snap[i])
+	full := Full(read, now, 0)
+	all := append(slices.Clone(read), ahead...)
+	for _, p := range ahead {
+		if v, ok := p.Labels[zoneLabel]; !ok || !slices.Contains(full[zoneLabel], v) {
+			read = append(read, p) // the selector keeps it
+		}
+	}
+	want := EligibilityUpTo(all, now, 0, nil, self).Eligible(self)
+	if got := EligibilityUpTo(read, now, 0, nil, self).Eligible(self); got != want {
+		t.Fatalf("%s: eligible %v over the claims ahead outside %v, %v over all of them", self, got, full, want)
+	}
 }
 
 // stricter is what a node publishes when it announces: the smaller of its

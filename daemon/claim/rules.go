@@ -363,6 +363,50 @@ func blocks(w Participant, admitted []Participant, waiting claimed) string {
 	return ""
 }
 
+// Full lists, by group label, the values whose domains the active claims
+// of snap fill by themselves, under the limits of those claims and of the
+// waiting claims of snap (as blocks counts them). A waiting claim in such
+// a domain is blocked whatever else the queue holds, since a larger
+// snapshot only adds admitted claims and claimants. So a node far back
+// may leave the waiting claims in such domains out of its read of the
+// queue ahead, if snap holds every active claim, its own, and every
+// waiting one that publishes other limits than its own: the queue then
+// admits it as it would over the whole queue (the fuzz test checks it).
+// The one difference: a claim left out that records a group value
+// other than its node's label (the node was relabelled while waiting)
+// does not bind that other domain; the node far back may then wait for a
+// claim ahead that the whole queue would keep out, which costs time,
+// never a limit.
+func Full(snap []Participant, now time.Time, ttl time.Duration) map[string][]string {
+	var active []Participant
+	for _, p := range snap {
+		if p.active(now, ttl) {
+			active = append(active, p)
+		}
+	}
+	bound := claimants(snap, now, ttl)
+	rules := append([]Limits{bound.rule}, limitsOf(active)...)
+	in := map[domain][]Limits{}
+	for _, p := range active {
+		for _, d := range domainsOf(p, rules) {
+			if d.label != "" {
+				in[d] = append(in[d], p.Claim.Limits)
+			}
+		}
+	}
+	full := map[string][]string{}
+	for d, ls := range in {
+		lim, ok := d.limit(ls)
+		if lim, ok = bound.bind(d, lim, ok); ok && len(ls) >= lim {
+			full[d.label] = append(full[d.label], d.value)
+		}
+	}
+	for _, vs := range full {
+		slices.Sort(vs)
+	}
+	return full
+}
+
 // Position is name's place among the waiting claims (0 = first), or -1.
 func (q Queue) Position(name string) int { return slices.Index(q.Waiting, name) }
 

@@ -2,10 +2,15 @@ package lock
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kured-host/kured-host/daemon/claim"
@@ -164,6 +169,97 @@ func (l *Lock) roomNow(ctx context.Context, v *queueView) bool {
 	q := v.room(l, active)
 	l.log.Debug("far back: the active claims read", "active", len(active), "room", q.Eligible(l.o.Node), "blocked_by", q.Blocked[l.o.Node])
 	return q.Eligible(l.o.Node)
+}
+
+// takeRoom reads, when the active claims have left room for this node far
+// back a while, the queue that may take that room before it (roomQueue),
+// and reports whether the queue admits this node. The nodes ahead that
+// it lets go but that have not gone are read at once (probeAhead, eager):
+// NotReady, or with their daemon gone, they are passed over, and a front
+// of them would otherwise keep every node behind far back.
+func (l *Lock) takeRoom(ctx context.Context) (bool, error) {
+	snap, err := l.roomQueue(ctx)
+	if err != nil || snap == nil {
+		return false, err
+	}
+	now := l.o.Now()
+	v := newQueueView(snap, now)
+	for probed := false; ; probed = true {
+		ps := l.distrust(l.applyReadiness(slices.Clone(v.snap)))
+		if !probed {
+			l.raiseAlarms(ctx, ps, l.o.ServerNow())
+		}
+		q := claim.EligibilityUpTo(ps, l.o.ServerNow(), l.o.TTL, l.silent(now), l.o.Node)
+		l.noteEligible(q, now)
+		l.log.Debug("far back: the queue that may take the room read", "claims", len(ps), "admitted", q.Eligible(l.o.Node), "blocked_by", q.Blocked[l.o.Node])
+		if q.Eligible(l.o.Node) {
+			// Verify's check that no node ahead may go first reads
+			// the claims that bind this node afresh, the others here.
+			v.filtered = true
+			l.setView(v)
+			return true, nil
+		}
+		if read, _ := l.probeAhead(ctx, v, q, now, true); !read || probed {
+			return false, nil
+		}
+	}
+}
+
+// roomQueue reads what decides whether the queue admits this node, far
+// back, to room that the active claims leave it: the claims that bind it
+// (listBinding) and, at the same revision, the waiting claims ahead of it
+// but those in the groups the former fill by themselves (claim.Full: such
+// a claim is kept out whatever else the queue holds, and the slot freed
+// is in another group). The whole queue ahead was a response the size of
+// the queue, read by every node far back in the free group at once: with
+// one zone full and a slot free in another, thousands of nodes of the
+// other zone read the queue (a 5,000-node roll of the simulator stalled
+// there, its memory at 10 GB). Read this way it is the nodes of the free
+// groups ahead. Kept only for verify when the node announces
+// (queueView.filtered). Nil when this node is not waiting.
+func (l *Lock) roomQueue(ctx context.Context) ([]claim.Participant, error) {
+	cur := l.current()
+	if cur.err != nil || cur.claim.Since.IsZero() || cur.state != claim.Waiting {
+		return nil, nil
+	}
+	binding, at, err := l.listBinding(ctx, cur.claim.Limits, false)
+	if err != nil {
+		return nil, err
+	}
+	self := claim.Participant{Name: l.o.Node, Labels: cur.labels, Ready: true, Claim: cur.claim}
+	var parse claimCache // not kept: the read is this call's
+	bound := l.distrust(l.applyReadiness(parse.participants(binding)))
+	bound = append(slices.DeleteFunc(bound, func(p claim.Participant) bool { return p.Name == l.o.Node }), self)
+	selector := claim.AheadSelector(cur.claim.Since) + excludeSelector(claim.Full(bound, l.o.ServerNow(), l.o.TTL))
+	ahead, _, err := l.listPage(ctx, selector, at, 0)
+	if err != nil {
+		return nil, err
+	}
+	ahead = slices.DeleteFunc(ahead, func(n *corev1.Node) bool {
+		return n.Name == l.o.Node || slices.ContainsFunc(binding, func(b *corev1.Node) bool { return b.Name == n.Name })
+	})
+	var parseAhead claimCache
+	return append(bound, parseAhead.participants(ahead)...), nil
+}
+
+// excludeSelector is the label selector's terms ("," first) that leave
+// out the nodes labelled with the values of full, by label. A label or
+// value that cannot be selected (a claim written by another hand may
+// publish any) is left in: the read is larger, and decides the same.
+func excludeSelector(full map[string][]string) string {
+	var b strings.Builder
+	for _, label := range slices.Sorted(maps.Keys(full)) {
+		if len(validation.IsQualifiedName(label)) > 0 {
+			continue
+		}
+		values := slices.DeleteFunc(slices.Clone(full[label]), func(v string) bool {
+			return v == "" || len(validation.IsValidLabelValue(v)) > 0
+		})
+		if len(values) > 0 {
+			fmt.Fprintf(&b, ",%s notin (%s)", label, strings.Join(values, ","))
+		}
+	}
+	return b.String()
 }
 
 // watchMark watches one Node's metadata, from its current state.

@@ -31,7 +31,7 @@ func (l *Lock) snapshot(ctx context.Context, whole bool) (ps []claim.Participant
 		l.stopWatch() // this node's limits changed: other claims bind it
 	}
 	w, v := l.watching(), l.currentView()
-	if w != nil && v != nil && !w.stale() && !v.at.Before(w.started) && l.o.Now().Sub(v.at) < viewMaxAge {
+	if w != nil && v != nil && !v.filtered && !w.stale() && !v.at.Before(w.started) && l.o.Now().Sub(v.at) < viewMaxAge {
 		var binding []*corev1.Node
 		if !w.quiet() {
 			binding = w.list()
@@ -370,9 +370,15 @@ func nodeReady(n *corev1.Node) bool { return readyStatus(n) == corev1.ConditionT
 // and reads the active claims now and then (farBack).
 func (l *Lock) waitEligible(ctx context.Context) error {
 	var far farPace
-	eager, whole := false, false
+	room, whole := false, false
 	for {
-		snap, partial, err := l.snapshot(ctx, eager || whole)
+		if room {
+			room = false
+			if admitted, err := l.takeRoom(ctx); err != nil || admitted {
+				return err
+			}
+		}
+		snap, partial, err := l.snapshot(ctx, whole)
 		whole = false
 		if err != nil {
 			return err
@@ -382,10 +388,10 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		if partial {
 			// More than the window ahead, of which only the nearest
 			// were read: the node waits for the mark among them.
-			eager = false
 			if counted = nearestAhead(snap, l.o.Node); len(counted) < l.window() {
 				// Fewer that make a window (some cannot be read, or
 				// are not waiting): read the whole queue ahead.
+				l.log.Debug("fewer than the window among the nearest claims read; reading the whole queue ahead", "nearest", len(counted), "read", len(snap))
 				whole = true
 				continue
 			}
@@ -396,7 +402,7 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 		} else {
 			var done bool
 			var probeIn time.Duration
-			if counted, probeIn, done, err = l.look(ctx, snap, now, &eager); err != nil || done {
+			if counted, probeIn, done, err = l.look(ctx, snap, now); err != nil || done {
 				return err
 			}
 			if probeIn < 0 {
@@ -424,19 +430,16 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 				continue
 			}
 		}
-		room, err := l.farBack(ctx, &far, snap, counted, partial, now)
-		if err != nil {
+		if room, err = l.farBack(ctx, &far, snap, counted, partial, now); err != nil {
 			return err
 		}
-		eager = room
 	}
 }
 
 // farBack waits far back in the queue (waitFar), for the mark among
 // counted (the waiting nodes ahead, at least the window's worth), and
 // reports whether a slot has stayed free that this node could take: then
-// the whole queue ahead is read, and the nodes ahead that it lets go at
-// once. If the mark left, this node is most likely within the window,
+// it reads the queue ahead that may take it (takeRoom). If the mark left, this node is most likely within the window,
 // where it watches: the watch's List is the read of the queue.
 func (l *Lock) farBack(ctx context.Context, far *farPace, snap []claim.Participant, counted []string, partial bool, read time.Time) (room bool, err error) {
 	window := l.window()
@@ -460,7 +463,7 @@ func (l *Lock) farBack(ctx context.Context, far *farPace, snap []claim.Participa
 // node is admitted (or no longer waiting); else the waiting nodes ahead
 // that are not passed over, and when a node ahead is due to be read
 // (negative: one was read now, look again).
-func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time, eager *bool) (counted []string, probeIn time.Duration, done bool, err error) {
+func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time) (counted []string, probeIn time.Duration, done bool, err error) {
 	server := l.o.ServerNow()
 	q := claim.EligibilityUpTo(snap, server, l.o.TTL, l.silent(now), l.o.Node)
 	l.noteEligible(q, now)
@@ -468,8 +471,7 @@ func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time
 	if q.Eligible(l.o.Node) {
 		return nil, 0, true, nil
 	}
-	read, probeIn := l.probeAhead(ctx, q, now, *eager)
-	*eager = false
+	read, probeIn := l.probeAhead(ctx, l.currentView(), q, now, false)
 	if read {
 		return nil, -1, false, nil
 	}

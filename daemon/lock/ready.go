@@ -103,8 +103,7 @@ func (l *Lock) applyReadiness(ps []claim.Participant) []claim.Participant {
 // have left the queue, or joined again behind, since the view was read)
 // and its readiness. It reports whether a node was read, and when the
 // next read is due (0: none).
-func (l *Lock) probeAhead(ctx context.Context, q claim.Queue, now time.Time, eager bool) (read bool, next time.Duration) {
-	v := l.currentView()
+func (l *Lock) probeAhead(ctx context.Context, v *queueView, q claim.Queue, now time.Time, eager bool) (read bool, next time.Duration) {
 	if v == nil {
 		return false, 0
 	}

@@ -31,6 +31,11 @@ type queueView struct {
 	// not believed were last read again; distrusted, whether there was one.
 	distrustedAt time.Time
 	distrusted   bool
+	// filtered: the read left out the claims of groups full by the
+	// active claims alone (roomQueue). Verify's fairness check may use
+	// it; the watch near the front may not, since a group that frees
+	// lets those claims go first.
+	filtered bool
 }
 
 // viewMaxAge is how long a view serves near the front before the queue is

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
 	"github.com/kured-host/kured-host/daemon/alarm"
 	"github.com/kured-host/kured-host/daemon/claim"
@@ -57,6 +59,8 @@ const zoneLabel = "topology.kubernetes.io/zone"
 type driver struct {
 	h      *cluster.SimHost
 	client kubernetes.Interface // for the lock; h.Client when nil
+	// wrap, when client is nil, wraps the transport of the lock's clients.
+	wrap   func(http.RoundTripper) http.RoundTripper
 	limits claim.Limits
 	grace  time.Duration
 	// pace is a delay before each step (random in stress tests).
@@ -113,9 +117,18 @@ func (d *driver) run(ctx context.Context) error {
 	client := d.client
 	var meta metadata.Interface
 	if client == nil {
+		cfg := d.h.Config
 		client = d.h.Client
+		if d.wrap != nil {
+			cfg = rest.CopyConfig(cfg)
+			cfg.Wrap(d.wrap)
+			var err error
+			if client, err = kubernetes.NewForConfig(cfg); err != nil {
+				return err
+			}
+		}
 		var err error
-		if meta, err = metadata.NewForConfig(d.h.Config); err != nil {
+		if meta, err = metadata.NewForConfig(cfg); err != nil {
 			return err
 		}
 	}
@@ -271,6 +284,7 @@ type hostSpec struct {
 	// releaseDelay is lock.release_delay.
 	releaseDelay time.Duration
 	metrics      *metrics.Metrics
+	wrap         func(http.RoundTripper) http.RoundTripper
 }
 
 func newFleet(t *testing.T, ctx context.Context, specs []hostSpec) *fleet {
@@ -307,7 +321,7 @@ func newFleet(t *testing.T, ctx context.Context, specs []hostSpec) *fleet {
 				return
 			}
 			d := &driver{h: h, limits: s.limits, grace: s.grace, pace: s.pace, hold: s.hold, alarms: s.alarms,
-				releaseDelay: s.releaseDelay, metrics: s.metrics, log: slog.New(slog.DiscardHandler)}
+				releaseDelay: s.releaseDelay, metrics: s.metrics, wrap: s.wrap, log: slog.New(slog.DiscardHandler)}
 			if os.Getenv("DRIVER_LOG") != "" {
 				d.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", s.name)
 			}

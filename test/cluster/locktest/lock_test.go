@@ -888,13 +888,32 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // 16 nodes ahead), its mark stuck in zone a's queue. When b0 is done, b1
 // may go: it takes the slot within two polls of the active claims
 // (2·15 s, docs/claims.md "No idle slot"), not at its next read of the
-// queue a minute later.
+// queue a minute later. The read of the queue that lets it go leaves out
+// zone a's claims (full by a0 alone): every List far-b1 makes of the
+// claims ahead of it is either limited (the nearest) or excludes zone a.
 func TestFarBackTakesAFreedSlot(t *testing.T) {
 	ctx := ctxFor(t, 4*time.Minute)
+	var mu sync.Mutex
+	var whole, excluding []string
+	record := func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			q := r.URL.Query()
+			if sel := q.Get("labelSelector"); r.Method == http.MethodGet && strings.Contains(sel, claim.SinceLabel+"<") && q.Get("limit") == "" {
+				mu.Lock()
+				if strings.Contains(sel, zoneLabel+" notin (zone-a)") {
+					excluding = append(excluding, sel)
+				} else if !strings.Contains(sel, claim.SinceLabel+">") { // a span of the nearest is not the whole queue
+					whole = append(whole, sel)
+				}
+				mu.Unlock()
+			}
+			return rt.RoundTrip(r)
+		})
+	}
 	specs := []hostSpec{
 		{name: "far-a0", zone: "zone-a", limits: limits(3, 1), hold: time.Minute},
 		{name: "far-b0", zone: "zone-b", limits: limits(3, 1), hold: 8 * time.Second},
-		{name: "far-b1", zone: "zone-b", limits: limits(3, 1), hold: 200 * time.Millisecond},
+		{name: "far-b1", zone: "zone-b", limits: limits(3, 1), hold: 200 * time.Millisecond, wrap: record},
 	}
 	for i := range 20 {
 		specs = append(specs, hostSpec{name: fmt.Sprintf("far-a%02d", i+1), zone: "zone-a", limits: limits(3, 1), hold: 200 * time.Millisecond})
@@ -933,5 +952,10 @@ func TestFarBackTakesAFreedSlot(t *testing.T) {
 	t.Logf("far-b1 took the slot %s after far-b0 gave it back", gap.Round(time.Millisecond))
 	if gap > 35*time.Second {
 		t.Errorf("far-b1 took the freed slot %s after it was freed, more than two polls (30 s) and a margin", gap.Round(time.Second))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(excluding) == 0 || len(whole) > 0 {
+		t.Errorf("far-b1 read the queue ahead %d times leaving zone a out, %d times whole (%q)", len(excluding), len(whole), whole)
 	}
 }
