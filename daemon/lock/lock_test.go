@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -401,5 +402,36 @@ func TestStatusChanged(t *testing.T) {
 	l.setStatus(Status{Position: -1})
 	if !pending() || pending() {
 		t.Error("two changes before a look: want exactly one signal")
+	}
+}
+
+// TestExcludeSelector: the terms leave out the full groups' nodes, in a
+// fixed order, and pass over what a selector cannot name (a claim written
+// by another hand may publish any label or value): the read is then
+// larger, never refused.
+func TestExcludeSelector(t *testing.T) {
+	zone := "topology.kubernetes.io/zone"
+	tests := []struct {
+		name string
+		full map[string][]string
+		want string
+	}{
+		{"none full", nil, ""},
+		{"one zone", map[string][]string{zone: {"a"}}, "," + zone + " notin (a)"},
+		{"two labels, sorted", map[string][]string{zone: {"a", "b"}, "rack": {"r1"}}, ",rack notin (r1)," + zone + " notin (a,b)"},
+		{"a value no selector can name", map[string][]string{zone: {"a b", "", "c"}}, "," + zone + " notin (c)"},
+		{"only such values", map[string][]string{zone: {"a,b)"}}, ""},
+		{"a label no selector can name", map[string][]string{"bad label": {"a"}, zone: {"a"}}, "," + zone + " notin (a)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := excludeSelector(tt.full)
+			if got != tt.want {
+				t.Fatalf("excludeSelector(%v) = %q, want %q", tt.full, got, tt.want)
+			}
+			if _, err := labels.Parse(claim.AheadSelector(time.Unix(1, 0)) + got); err != nil {
+				t.Fatalf("the selector does not parse: %v", err)
+			}
+		})
 	}
 }

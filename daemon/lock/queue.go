@@ -452,7 +452,9 @@ func (l *Lock) farBack(ctx context.Context, far *farPace, snap []claim.Participa
 		ahead = 0
 	}
 	left, room, err := l.waitFar(ctx, far, ahead, mark, read, snap)
-	if err != nil || !left {
+	if err != nil || !left || room {
+		// Room: takeRoom reads what decides, which no watch serves
+		// (its read is not the queue's view).
 		return room, err
 	}
 	far.roomAt = time.Time{}
