@@ -238,8 +238,7 @@ func (l *Lock) roomQueue(ctx context.Context) ([]claim.Participant, error) {
 	ahead = slices.DeleteFunc(ahead, func(n *corev1.Node) bool {
 		return n.Name == l.o.Node || slices.ContainsFunc(binding, func(b *corev1.Node) bool { return b.Name == n.Name })
 	})
-	var parseAhead claimCache
-	return append(bound, parseAhead.participants(ahead)...), nil
+	return append(bound, parse.participants(ahead)...), nil
 }
 
 // excludeSelector is the label selector's terms ("," first) that leave

@@ -439,8 +439,9 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 // farBack waits far back in the queue (waitFar), for the mark among
 // counted (the waiting nodes ahead, at least the window's worth), and
 // reports whether a slot has stayed free that this node could take: then
-// it reads the queue ahead that may take it (takeRoom). If the mark left, this node is most likely within the window,
-// where it watches: the watch's List is the read of the queue.
+// it reads the queue ahead that may take it (takeRoom). If the mark left,
+// this node is most likely within the window, where it watches: the
+// watch's List is the read of the queue.
 func (l *Lock) farBack(ctx context.Context, far *farPace, snap []claim.Participant, counted []string, partial bool, read time.Time) (room bool, err error) {
 	window := l.window()
 	l.stopWatch()
