@@ -63,6 +63,11 @@ type Request struct {
 	Name        string
 	URI         string
 	Code        int // the reply's status code (0 for a watch, counted when it starts)
+	// Took is the time the API server spent on it, from receiving it to
+	// the response complete (queue waits included), as its audit log
+	// records them; 0 for a long-running request, counted when its
+	// response started.
+	Took time.Duration
 }
 
 // Read reports whether the request only reads: get, list or watch.
@@ -89,6 +94,7 @@ type auditEvent struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+	StageTimestamp  time.Time `json:"stageTimestamp"`
 }
 
 // AuditLog reads the API server's audit log as it grows.
@@ -209,6 +215,9 @@ func (a *AuditLog) parse(line []byte) (r Request, ok bool, err error) {
 	}
 	if ev.ResponseStatus != nil {
 		r.Code = ev.ResponseStatus.Code
+	}
+	if ev.Stage == "ResponseComplete" {
+		r.Took = ev.StageTimestamp.Sub(ev.RequestReceived)
 	}
 	return r, true, nil
 }

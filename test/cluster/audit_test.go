@@ -84,6 +84,15 @@ func TestAuditLog(t *testing.T) {
 		if r.Time.Before(began.Add(-time.Second)) || r.Time.After(time.Now()) {
 			t.Errorf("%s %s: received at %s, outside the test", r.Verb, r.Resource, r.Time)
 		}
+		// The server's own time: none for the watch, counted when it
+		// started; for the rest, more than nothing and no more than the
+		// test has taken.
+		switch {
+		case r.Verb == "watch" && r.Took != 0:
+			t.Errorf("watch: took %s, want none (still running)", r.Took)
+		case r.Verb != "watch" && (r.Took <= 0 || r.Took > time.Since(began)):
+			t.Errorf("%s %s: took %s, want between 0 and %s", r.Verb, r.Resource, r.Took, time.Since(began))
+		}
 	}
 	if got := mine.Reads(); got != 3 {
 		t.Errorf("reads %d, want 3", got)

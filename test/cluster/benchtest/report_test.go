@@ -66,6 +66,12 @@ func writeTable(w io.Writer, rows []result) {
 			r.HeartbeatBusy, r.HeartbeatBusy.MaxMs, r.HeartbeatThrottled, r.HeartbeatFailed)
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, "The same heartbeats' writes (Lease updates, status patches) as the API server timed them, received to response complete (audit log), p50 / p99 (count): idle; the whole roll; the busiest second:")
+	for _, r := range rows {
+		fmt.Fprintf(w, "- N=%d, k=%d, %s: idle %s; roll %s; busiest second %s, max %.0f ms\n",
+			r.Nodes, r.Concurrency, label(r), r.HeartbeatServerIdle, r.HeartbeatServerRoll, r.HeartbeatServerBusy, r.HeartbeatServerBusy.MaxMs)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "The machine: CPU of the test process (API server, etcd, every host; cores busy of %d), and the waits in the queues of the priority level %s (the heartbeats', shared with kured-host's reads and writes of Nodes), from the API server's %s: idle; the whole roll; around the busiest second:\n", runtime.NumCPU(), heartbeatLevel, apfWaitMetric)
 	for _, r := range rows {
 		fmt.Fprintf(w, "- N=%d, k=%d, %s: idle %.2f cores, %s; roll %.2f cores, %s; busiest second %.2f cores, %s\n",

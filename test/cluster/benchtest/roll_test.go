@@ -3,6 +3,7 @@ package benchtest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -159,6 +160,14 @@ type result struct {
 	// reboots themselves cause (NotReady at shutdown, Ready in the new
 	// boot), which idle has none of.
 	HeartbeatRollByKind map[string]latency `json:"heartbeatRollByKind"`
+	// HeartbeatServer* are the heartbeats' writes (Lease updates, Node
+	// status patches) as the API server timed them, from receiving each
+	// to its response complete (audit log), over the same three
+	// stretches: what the server's load adds, without the time the
+	// stand-ins themselves wait for this machine's cores.
+	HeartbeatServerIdle latency `json:"heartbeatServerIdle"`
+	HeartbeatServerRoll latency `json:"heartbeatServerRoll"`
+	HeartbeatServerBusy latency `json:"heartbeatServerBusiestSecond"`
 	// The machine over the same three stretches: CPU and the heartbeat
 	// level's queue waits (apf_test.go).
 	LoadIdle load `json:"loadIdle"`
@@ -173,12 +182,16 @@ type latency struct {
 }
 
 func latencyOf(bs []cluster.Heartbeat) latency {
-	if len(bs) == 0 {
-		return latency{}
-	}
 	ds := make([]time.Duration, len(bs))
 	for i, b := range bs {
 		ds[i] = b.Took
+	}
+	return latencyOfDurations(ds)
+}
+
+func latencyOfDurations(ds []time.Duration) latency {
+	if len(ds) == 0 {
+		return latency{}
 	}
 	slices.Sort(ds)
 	pct := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1)+0.5)]) / 1e6 }
@@ -279,13 +292,16 @@ func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollC
 	tb.Helper()
 	var idle []cluster.Heartbeat
 	var idleLoad load
+	var idleFrom, idleTo time.Time
 	if c.Nodes >= 200 {
 		// Every stand-in renews its Lease every 10 s.
-		from, fromLoad := time.Now(), sampleLoad()
+		idleFrom = time.Now()
+		fromLoad := sampleLoad()
 		if err := sleep(ctx, 12*time.Second); err != nil {
 			tb.Fatal(err)
 		}
-		idle, idleLoad = cp.Heartbeats(from, time.Now()), loadBetween(fromLoad, sampleLoad())
+		idleTo = time.Now()
+		idle, idleLoad = cp.Heartbeats(idleFrom, idleTo), loadBetween(fromLoad, sampleLoad())
 	}
 	sampler := startMemSampler()
 	loads := startLoadSampler()
@@ -320,8 +336,12 @@ func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollC
 	if os.Getenv("BENCH_CONFLICTS") != "" {
 		conflictTrace(start, reqs, all)
 	}
+	if os.Getenv("BENCH_HEARTBEATS") != "" {
+		heartbeatTrace(start, cp.Heartbeats(start, end), reqs)
+	}
 	r := measure(c, strategy, start, end, slots, reqs, watch, cpu, memBefore, mem)
 	heartbeats(&r, idle, cp.Heartbeats(start, end), reqs, all.Between(start, end))
+	serverHeartbeats(&r, all.Between(idleFrom, idleTo), all.Between(start, end), reqs)
 	_, busiest := reqs.PeakPerSecond()
 	r.LoadIdle, r.LoadRoll = idleLoad, loadAround(samples, start, end)
 	r.LoadBusy = loadAround(samples, busiest, busiest.Add(time.Second))
@@ -573,6 +593,26 @@ func heartbeats(r *result, idle, roll []cluster.Heartbeat, reqs, all cluster.Req
 	}))
 }
 
+// serverHeartbeats adds the heartbeats' writes as the API server timed
+// them: idle, during the roll and in the second the strategy's requests
+// peaked. The stand-ins' writes are the Lease updates and Node status
+// patches of node identities, from any user agent but the strategy's.
+func serverHeartbeats(r *result, idle, roll, reqs cluster.Requests) {
+	took := func(rs cluster.Requests) latency {
+		var ds []time.Duration
+		for _, x := range rs {
+			beat := (x.Resource == "leases" && x.Verb == "update") || (x.Resource == "nodes" && x.Subresource == "status" && x.Verb == "patch")
+			if beat && strings.HasPrefix(x.User, "system:node:") && x.UserAgent != userAgent(r.Strategy) {
+				ds = append(ds, x.Took)
+			}
+		}
+		return latencyOfDurations(ds)
+	}
+	_, at := reqs.PeakPerSecond()
+	r.HeartbeatServerIdle, r.HeartbeatServerRoll = took(idle), took(roll)
+	r.HeartbeatServerBusy = took(roll.Between(at, at.Add(time.Second-1)))
+}
+
 // handoffs are the times from a release to the next slot taken (as
 // BenchmarkHandoff in locktest measures them): for each slot taken after
 // the first release, the time since the latest release before it.
@@ -749,3 +789,30 @@ func conflictTrace(start time.Time, reqs, all cluster.Requests) {
 		}
 	}
 }
+
+// heartbeatTrace prints, for each second of the roll that had a heartbeat
+// over 50 ms, its heartbeats' p50 and max and the strategy's requests
+// that second, so that slow heartbeats can be matched to what the
+// strategy did (BENCH_HEARTBEATS=1).
+func heartbeatTrace(start time.Time, beats []cluster.Heartbeat, reqs cluster.Requests) {
+	bySecond := map[int][]cluster.Heartbeat{}
+	for _, b := range beats {
+		s := int(b.At.Sub(start) / time.Second)
+		bySecond[s] = append(bySecond[s], b)
+	}
+	asked := map[int]int{}
+	for _, x := range reqs {
+		asked[int(x.Time.Sub(start)/time.Second)]++
+	}
+	// The offset lets GODEBUG=gctrace=1's lines (seconds since the
+	// process started) be matched to these.
+	fmt.Fprintf(os.Stderr, "heartbeats: the roll began %.1f s after the process started\n", start.Sub(processStart).Seconds())
+	for _, s := range slices.Sorted(maps.Keys(bySecond)) {
+		l := latencyOf(bySecond[s])
+		if l.MaxMs > 50 {
+			fmt.Fprintf(os.Stderr, "heartbeats %4d s: %3d, p50 %4.0f ms, max %4.0f ms; %4d requests\n", s, l.N, l.P50ms, l.MaxMs, asked[s])
+		}
+	}
+}
+
+var processStart = time.Now()
