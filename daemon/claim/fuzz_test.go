@@ -125,6 +125,7 @@ func FuzzRules(f *testing.F) {
 		}
 		for _, w := range q.Waiting {
 			checkFull(t, snap, w, now)
+			checkCrowded(t, snap, w, now)
 		}
 		for i, self := range snap {
 			if self.Claim.State != Entering || self.Err != nil {
@@ -173,6 +174,40 @@ func checkFull(t *testing.T, snap []Participant, self string, now time.Time) {
 	want := EligibilityUpTo(all, now, 0, nil, self).Eligible(self)
 	if got := EligibilityUpTo(read, now, 0, nil, self).Eligible(self); got != want {
 		t.Fatalf("%s: eligible %v over the claims ahead outside %v, %v over all of them", self, got, full, want)
+	}
+}
+
+// checkCrowded: a node that reads the claims that bind it and only some
+// of the waiting claims ahead of it (every one, every other one, or
+// none), and finds itself Crowded, is kept out by the whole queue, with
+// or without a node passed over as silent.
+func checkCrowded(t *testing.T, snap []Participant, self string, now time.Time) {
+	t.Helper()
+	i := slices.IndexFunc(snap, func(p Participant) bool { return p.Name == self })
+	own := snap[i].Claim.Limits
+	var binding, rest []Participant
+	for _, p := range snap {
+		switch {
+		case p.Name == self:
+		case p.active(now, 0) || p.Claim.State != Waiting || p.Err != nil || LimitsDigest(p.Claim.Limits) != LimitsDigest(own):
+			binding = append(binding, p)
+		default:
+			rest = append(rest, p)
+		}
+	}
+	for _, skip := range []func(string) bool{nil, func(n string) bool { return n == "n1" }} {
+		want := EligibilityUpTo(snap, now, 0, skip, self).Eligible(self)
+		for _, every := range []int{1, 2, 0} {
+			read := append(slices.Clone(binding), snap[i])
+			for j, p := range rest {
+				if every > 0 && j%every == 0 {
+					read = append(read, p)
+				}
+			}
+			if Crowded(read, self, now, 0, skip) && want {
+				t.Fatalf("%s: crowded over %d of the %d other waiting claims, but the whole queue admits it", self, len(read)-len(binding)-1, len(rest))
+			}
+		}
 	}
 }
 

@@ -407,6 +407,74 @@ func Full(snap []Participant, now time.Time, ttl time.Duration) map[string][]str
 	return full
 }
 
+// Crowded reports whether snap alone shows that the queue keeps self out,
+// whatever other waiting claims lie ahead of it: snap must hold every
+// active claim, self's, and every waiting one that publishes other limits
+// than self's, and may hold any part of the rest ahead. A node far back
+// then reads only a page of the claims ahead (a long queue's whole
+// ahead was a response the size of the queue, for each node far back).
+//
+// It counts the takers: waiting claims ahead of self that the queue does
+// not pass over (Ready, readable, not skipped), publishing self's limits,
+// and with self's values for every group label any claim of snap has a
+// rule for. In the queue's order each taker is admitted, and counts in
+// every domain self is in, or is blocked by a domain self is in too, at a
+// limit no looser than self meets there: admitted claims only accumulate
+// and the waiting claims bind both alike. So if, in one domain of self's
+// own limits, the active claims there and the takers reach the limit
+// self publishes for it, self is blocked. The fuzz test checks it against
+// the whole queue.
+func Crowded(snap []Participant, self string, now time.Time, ttl time.Duration, skip func(string) bool) bool {
+	i := slices.IndexFunc(snap, func(p Participant) bool { return p.Name == self })
+	if i < 0 {
+		return false
+	}
+	me := snap[i]
+	own := me.Claim.Limits
+	var labels []string
+	for _, p := range snap {
+		for _, g := range p.Claim.Limits.Groups {
+			if !slices.Contains(labels, g.Label) {
+				labels = append(labels, g.Label)
+			}
+		}
+	}
+	takers := 0
+	for _, p := range snap {
+		if p.Name == self || p.Err != nil || p.Claim.State != Waiting || !p.Ready || !precedes(p, me) ||
+			(skip != nil && skip(p.Name)) || LimitsDigest(p.Claim.Limits) != LimitsDigest(own) {
+			continue
+		}
+		same := true
+		for _, label := range labels {
+			a, b := slices.Sorted(slices.Values(p.values(label))), slices.Sorted(slices.Values(me.values(label)))
+			same = same && slices.Equal(a, b)
+		}
+		if same {
+			takers++
+		}
+	}
+	if takers == 0 {
+		return false
+	}
+	for _, d := range domainsOf(me, []Limits{own}) {
+		lim, ok := d.limit([]Limits{own})
+		if !ok {
+			continue
+		}
+		active := 0
+		for j := range snap {
+			if snap[j].active(now, ttl) && d.contains(&snap[j]) {
+				active++
+			}
+		}
+		if active+takers >= lim {
+			return true
+		}
+	}
+	return false
+}
+
 // Position is name's place among the waiting claims (0 = first), or -1.
 func (q Queue) Position(name string) int { return slices.Index(q.Waiting, name) }
 

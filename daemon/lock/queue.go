@@ -60,13 +60,25 @@ func (l *Lock) snapshot(ctx context.Context, whole bool) (ps []claim.Participant
 			l.setView(newQueueView(ps, l.o.Now()))
 		}
 	}
-	ps = l.distrust(l.applyReadiness(ps))
-	cur := l.current()
+	return l.withOwn(l.distrust(l.applyReadiness(ps)), l.current()), partial, nil
+}
+
+// withOwn puts this node's claim as it knows it (cur; none without one)
+// in place of what a read showed of it.
+func (l *Lock) withOwn(ps []claim.Participant, cur ownClaim) []claim.Participant {
 	ps = slices.DeleteFunc(ps, func(p claim.Participant) bool { return p.Name == l.o.Node })
 	if cur.state != "" {
 		ps = append(ps, claim.Participant{Name: l.o.Node, Labels: cur.labels, Ready: true, Claim: cur.claim})
 	}
-	return ps, partial, nil
+	return ps
+}
+
+// besides is the nodes of more not in read: a waiting claim ahead that
+// publishes other limits is read twice, as binding and as ahead.
+func besides(read, more []*corev1.Node) []*corev1.Node {
+	return slices.DeleteFunc(slices.Clone(more), func(n *corev1.Node) bool {
+		return slices.ContainsFunc(read, func(r *corev1.Node) bool { return r.Name == n.Name })
+	})
 }
 
 // bindingParticipants parses the claims read by listBinding, apart
@@ -117,14 +129,7 @@ func (l *Lock) readQueue(ctx context.Context, consistent bool, near int) (nodes 
 			return nil, false, err
 		}
 	}
-	// A waiting claim ahead that publishes other limits is in both.
-	nodes = binding
-	for _, n := range ahead {
-		if !slices.ContainsFunc(binding, func(b *corev1.Node) bool { return b.Name == n.Name }) {
-			nodes = append(nodes, n)
-		}
-	}
-	return nodes, near > 0 && more, nil
+	return append(binding, besides(binding, ahead)...), near > 0 && more, nil
 }
 
 // readNearest reads, at resourceVersion at, the waiting claims nearest

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -183,6 +184,77 @@ func TestRegressions(t *testing.T) {
 			if before > 30 {
 				t.Errorf("%s asked to reboot after %d other nodes", last, before)
 			}
+		},
+	}, {
+		// L3b: as L3, with a crowd far back in the zone that frees.
+		// The first of zone-a to go holds it for over six minutes (its
+		// kubelets are slow) with nineteen more behind it; n20 holds
+		// zone-b for five; n21 joins a minute later, and seventy more
+		// of zone-b a minute after it, behind all. n21 has its daemon
+		// killed for a minute as n20
+		// releases, so that the freed slot stays free: each node of
+		// zone-b far back reads what may take it before it, and the
+		// last few, with more than a page of claims ahead (roomPage
+		// windows, 64), read only the page, which shows them kept out
+		// (claim.Crowded). n21 takes the slot when its daemon is back;
+		// every node reboots, within the limits and TakeBound.
+		name: "L3b a crowd far back in a zone that frees",
+		opts: func() Options {
+			o := base(91)
+			o.PodsPerNode, o.Concurrency, o.Zones, o.ZoneMax = 0, 3, 2, 1
+			o.Deadline = 3 * time.Hour // zone-a: twenty nodes of 6.5 min
+			o.Setup = func(w *World) {
+				w.store.Meter = api.NewMeter()
+				for i, h := range w.Hosts {
+					// Whichever of zone-a goes first holds it
+					// past n20's release.
+					h.Zone, h.KubeletDelay = "zone-a", 6*time.Minute
+					if i >= 20 {
+						h.Zone, h.KubeletDelay = "zone-b", 5*time.Second
+					}
+				}
+				w.Hosts[20].KubeletDelay = 5 * time.Minute
+			}
+			// The daemons look at the sentinel once a minute: n21
+			// joins a minute after n20, the rest of zone-b a minute
+			// later still.
+			o.NeedAt = func(h *Host) time.Duration {
+				switch {
+				case h.Name == "n21":
+					return 70 * time.Second
+				case h.Zone == "zone-b" && h.Name != "n20":
+					return 130 * time.Second
+				}
+				return 0
+			}
+			o.Script = func(w *World) {
+				held, fired := false, false // under the store's lock, as Interpose runs
+				w.store.Faults.Interpose = func(r api.Revision) func(*corev1.Node) {
+					if r.Node.Name != "n20" || fired {
+						return nil
+					}
+					switch claim.State(r.Node.Labels[claim.Label]) {
+					case claim.Holding:
+						held = true
+					case "":
+						if held {
+							fired = true
+							w.goSafe(func() { w.host("n21").restartDaemon(time.Minute) })
+						}
+					}
+					return nil
+				}
+			}
+			return o
+		},
+		fired: func(w *World, res Result) bool {
+			killed := slices.ContainsFunc(res.Trace, func(line string) bool {
+				return strings.Contains(line, " n21 ") && strings.Contains(line, "kured-host killed")
+			})
+			return killed && roomReads(w).More > 0
+		},
+		check: func(t *testing.T, w *World, res Result) {
+			t.Logf("room reads: %+v", roomReads(w))
 		},
 	}, {
 		// A budget that refuses every eviction for longer than the
@@ -611,6 +683,20 @@ func TestRegressions(t *testing.T) {
 			})
 		}
 	}
+}
+
+// roomReads sums the reads of the claims ahead that leave a full group
+// out (the lock's roomQueue), pages and whole alike.
+func roomReads(w *World) api.KindCount {
+	var sum api.KindCount
+	for kind, c := range w.store.Meter.Kinds() {
+		if strings.Contains(kind, " notin ") {
+			sum.Requests += c.Requests
+			sum.Bytes += c.Bytes
+			sum.More += c.More
+		}
+	}
+	return sum
 }
 
 // smallCluster is a scenario's cluster with nothing drawn: every node

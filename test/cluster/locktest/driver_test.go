@@ -113,22 +113,31 @@ func (d *driver) bootID() (string, error) {
 	return strings.TrimSpace(string(b)), err
 }
 
+// hostClients are host h's clients, their requests passed through wrap
+// (nil: h's own client, unwrapped).
+func hostClients(h *cluster.SimHost, wrap func(http.RoundTripper) http.RoundTripper) (kubernetes.Interface, metadata.Interface, error) {
+	cfg, client := h.Config, h.Client
+	if wrap != nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.Wrap(wrap)
+		var err error
+		if client, err = kubernetes.NewForConfig(cfg); err != nil {
+			return nil, nil, err
+		}
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return client, meta, nil
+}
+
 func (d *driver) run(ctx context.Context) error {
 	client := d.client
 	var meta metadata.Interface
 	if client == nil {
-		cfg := d.h.Config
-		client = d.h.Client
-		if d.wrap != nil {
-			cfg = rest.CopyConfig(cfg)
-			cfg.Wrap(d.wrap)
-			var err error
-			if client, err = kubernetes.NewForConfig(cfg); err != nil {
-				return err
-			}
-		}
 		var err error
-		if meta, err = metadata.NewForConfig(cfg); err != nil {
+		if client, meta, err = hostClients(d.h, d.wrap); err != nil {
 			return err
 		}
 	}

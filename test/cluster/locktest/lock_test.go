@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -858,8 +857,7 @@ func untainted(t *testing.T, ctx context.Context, node string) {
 func conflictClient(t *testing.T, h *cluster.SimHost) (client kubernetes.Interface, conflicts, gets *atomic.Int64) {
 	t.Helper()
 	conflicts, gets = new(atomic.Int64), new(atomic.Int64)
-	cfg := rest.CopyConfig(h.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+	client, _, err := hostClients(h, func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(r)
 			if err == nil && resp.StatusCode == http.StatusConflict {
@@ -871,7 +869,6 @@ func conflictClient(t *testing.T, h *cluster.SimHost) (client kubernetes.Interfa
 			return resp, err
 		})
 	})
-	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -890,7 +887,8 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // (2·15 s, docs/claims.md "No idle slot"), not at its next read of the
 // queue a minute later. The read of the queue that lets it go leaves out
 // zone a's claims (full by a0 alone): every List far-b1 makes of the
-// claims ahead of it is either limited (the nearest) or excludes zone a.
+// claims ahead of it either excludes zone a or is of the nearest (a
+// limited page, or a span of places).
 func TestFarBackTakesAFreedSlot(t *testing.T) {
 	ctx := ctxFor(t, 4*time.Minute)
 	var mu sync.Mutex
@@ -898,11 +896,12 @@ func TestFarBackTakesAFreedSlot(t *testing.T) {
 	record := func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			q := r.URL.Query()
-			if sel := q.Get("labelSelector"); r.Method == http.MethodGet && strings.Contains(sel, claim.SinceLabel+"<") && q.Get("limit") == "" {
+			if sel := q.Get("labelSelector"); r.Method == http.MethodGet && strings.Contains(sel, claim.SinceLabel+"<") {
 				mu.Lock()
-				if strings.Contains(sel, zoneLabel+" notin (zone-a)") {
+				switch {
+				case strings.Contains(sel, zoneLabel+" notin (zone-a)"): // the room's read, a page or not
 					excluding = append(excluding, sel)
-				} else if !strings.Contains(sel, claim.SinceLabel+">") { // a span of the nearest is not the whole queue
+				case q.Get("limit") == "" && !strings.Contains(sel, claim.SinceLabel+">"): // not the nearest, not a span of them
 					whole = append(whole, sel)
 				}
 				mu.Unlock()

@@ -29,6 +29,9 @@ type Meter struct {
 type KindCount struct {
 	Requests int
 	Bytes    int64
+	// More counts the replies that were a page with more behind it (a
+	// limited List that said to continue).
+	More int
 }
 
 // NewMeter returns an empty Meter.
@@ -95,6 +98,9 @@ func (m *Meter) request(who, kind string, reply runtime.Object) {
 	k := m.kinds[kind]
 	k.Requests++
 	k.Bytes += n
+	if l, ok := reply.(metav1.ListInterface); ok && l.GetContinue() != "" {
+		k.More++
+	}
 	m.kinds[kind] = k
 }
 
