@@ -151,18 +151,8 @@ func FuzzRules(f *testing.F) {
 // Full names, is admitted, or not, as when it reads all of them.
 func checkFull(t *testing.T, snap []Participant, self string, now time.Time) {
 	t.Helper()
-	i := slices.IndexFunc(snap, func(p Participant) bool { return p.Name == self })
-	own := snap[i].Claim.Limits
-	var binding, ahead []Participant
-	for _, p := range snap {
-		switch {
-		case p.Name == self:
-		case p.active(now, 0) || p.Claim.State != Waiting || p.Err != nil || LimitsDigest(p.Claim.Limits) != LimitsDigest(own):
-			binding = append(binding, p)
-		case !p.Claim.Since.After(snap[i].Claim.Since):
-			ahead = append(ahead, p)
-		}
-	}
+	i, binding, rest := splitBinding(snap, self, now)
+	ahead := slices.DeleteFunc(rest, func(p Participant) bool { return p.Claim.Since.After(snap[i].Claim.Since) })
 	read := append(binding, snap[i])
 	full := Full(read, now, 0)
 	all := append(slices.Clone(read), ahead...)
@@ -183,18 +173,7 @@ func checkFull(t *testing.T, snap []Participant, self string, now time.Time) {
 // or without a node passed over as silent.
 func checkCrowded(t *testing.T, snap []Participant, self string, now time.Time) {
 	t.Helper()
-	i := slices.IndexFunc(snap, func(p Participant) bool { return p.Name == self })
-	own := snap[i].Claim.Limits
-	var binding, rest []Participant
-	for _, p := range snap {
-		switch {
-		case p.Name == self:
-		case p.active(now, 0) || p.Claim.State != Waiting || p.Err != nil || LimitsDigest(p.Claim.Limits) != LimitsDigest(own):
-			binding = append(binding, p)
-		default:
-			rest = append(rest, p)
-		}
-	}
+	i, binding, rest := splitBinding(snap, self, now)
 	for _, skip := range []func(string) bool{nil, func(n string) bool { return n == "n1" }} {
 		want := EligibilityUpTo(snap, now, 0, skip, self).Eligible(self)
 		for _, every := range []int{1, 2, 0} {
@@ -209,6 +188,24 @@ func checkCrowded(t *testing.T, snap []Participant, self string, now time.Time) 
 			}
 		}
 	}
+}
+
+// splitBinding finds self in snap (its index) and splits the others as
+// a node reads them: the claims that bind it (active, not waiting,
+// unreadable, or publishing other limits), and the rest.
+func splitBinding(snap []Participant, self string, now time.Time) (i int, binding, rest []Participant) {
+	i = slices.IndexFunc(snap, func(p Participant) bool { return p.Name == self })
+	own := snap[i].Claim.Limits
+	for _, p := range snap {
+		switch {
+		case p.Name == self:
+		case p.active(now, 0) || p.Claim.State != Waiting || p.Err != nil || LimitsDigest(p.Claim.Limits) != LimitsDigest(own):
+			binding = append(binding, p)
+		default:
+			rest = append(rest, p)
+		}
+	}
+	return i, binding, rest
 }
 
 // stricter is what a node publishes when it announces: the smaller of its
