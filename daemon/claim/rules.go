@@ -439,16 +439,20 @@ func Crowded(snap []Participant, self string, now time.Time, ttl time.Duration, 
 			}
 		}
 	}
+	mine := make([][]string, len(labels))
+	for k, label := range labels {
+		mine[k] = slices.Sorted(slices.Values(me.values(label)))
+	}
+	digest := LimitsDigest(own)
 	takers := 0
 	for _, p := range snap {
 		if p.Name == self || p.Err != nil || p.Claim.State != Waiting || !p.Ready || !precedes(p, me) ||
-			(skip != nil && skip(p.Name)) || LimitsDigest(p.Claim.Limits) != LimitsDigest(own) {
+			(skip != nil && skip(p.Name)) || LimitsDigest(p.Claim.Limits) != digest {
 			continue
 		}
 		same := true
-		for _, label := range labels {
-			a, b := slices.Sorted(slices.Values(p.values(label))), slices.Sorted(slices.Values(me.values(label)))
-			same = same && slices.Equal(a, b)
+		for k, label := range labels {
+			same = same && slices.Equal(slices.Sorted(slices.Values(p.values(label))), mine[k])
 		}
 		if same {
 			takers++

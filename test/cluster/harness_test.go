@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,12 +15,14 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // One control plane serves every test of the package.
@@ -183,6 +186,67 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 // TestReboot: NotReady, down, a new boot ID, the sentinel gone, Ready again,
 // and what ran on the host started again; asked for through RebootCommand
 // as kured-host's command method would.
+// TestLeaseRenewal: the kubelet stand-in renews its Lease as the kubelet's
+// lease controller does, with one Update from the Lease it last wrote, and
+// reads it afresh only when that Update conflicts; the heartbeat figures
+// of the benchmarks time these renewals.
+func TestLeaseRenewal(t *testing.T) {
+	ctx := testCtx(t)
+	h := newHost(t, ctx, HostOptions{})
+	h.halt() // the stand-in's own renewals would interleave with the test's
+	log, err := cp.AuditLog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kubelet{h: h}
+	leaseCalls := func() map[string]int {
+		t.Helper()
+		rs, err := log.Requests(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs.Where(func(r Request) bool { return r.User == "system:node:"+h.Name && r.Resource == "leases" }).Count(Verb)
+	}
+	first, err := k.renewLease(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseCalls()
+	for _, tc := range []struct {
+		name  string
+		write func(last *coordinationv1.Lease) // someone else's, between the renewals
+		want  map[string]int
+	}{
+		{"from the last", func(*coordinationv1.Lease) {}, map[string]int{"update": 1}},
+		{"after another writer", func(last *coordinationv1.Lease) {
+			other := last.DeepCopy()
+			other.Spec.HolderIdentity = ptr.To("someone-else")
+			if _, err := cp.Admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, other, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, map[string]int{"update": 2, "get": 1}},
+	} {
+		tc.write(first)
+		leaseCalls()
+		got, err := k.renewLease(ctx, first)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if calls := leaseCalls(); !maps.Equal(calls, tc.want) {
+			t.Errorf("%s: lease requests %v, want %v", tc.name, calls, tc.want)
+		}
+		stored, err := cp.Admin.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, h.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ResourceVersion != stored.ResourceVersion || !got.Spec.RenewTime.After(first.Spec.RenewTime.Time) {
+			t.Errorf("%s: renewal returned version %s renewed at %s; stored %s; the last renewal was at %s",
+				tc.name, got.ResourceVersion, got.Spec.RenewTime, stored.ResourceVersion, first.Spec.RenewTime)
+		}
+		first = got
+	}
+}
+
 func TestReboot(t *testing.T) {
 	ctx := testCtx(t)
 	h := newHost(t, ctx, HostOptions{DownTime: 300 * time.Millisecond})

@@ -130,8 +130,13 @@ func (k *kubelet) run(ctx context.Context) {
 	// roll between two such bursts saw no heartbeat at all.
 	const every = 10 * time.Second
 	next := rand.N(every)
+	var lease *coordinationv1.Lease
+	renew := func(ctx context.Context) (err error) {
+		lease, err = k.renewLease(ctx, lease)
+		return err
+	}
 	for {
-		if err := k.h.recordHeartbeat(ctx, "lease", k.renewLease); err != nil && ctx.Err() == nil {
+		if err := k.h.recordHeartbeat(ctx, "lease", renew); err != nil && ctx.Err() == nil {
 			k.h.cp.logf("host %s: lease: %v", k.h.Name, err)
 		}
 		select {
@@ -143,23 +148,38 @@ func (k *kubelet) run(ctx context.Context) {
 	}
 }
 
-func (k *kubelet) renewLease(ctx context.Context) error {
+// renewLease renews the node's Lease from last, the one the previous
+// renewal wrote, as the kubelet's lease controller does: one Update a
+// renewal, and a Get first only at the start or after a failed Update
+// (a conflict: someone else wrote it). It returns the Lease written.
+func (k *kubelet) renewLease(ctx context.Context, last *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	leases := k.h.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
 	now := metav1.NewMicroTime(time.Now())
+	if last != nil {
+		l := last.DeepCopy()
+		l.Spec.RenewTime = &now
+		l, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+		if err == nil {
+			return l, nil
+		}
+		if !apierrors.IsConflict(err) {
+			return nil, err
+		}
+	}
 	l, err := leases.Get(ctx, k.h.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
+		l, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: k.h.Name, Namespace: corev1.NamespaceNodeLease},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(k.h.Name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
 		}, metav1.CreateOptions{})
-		return err
+	} else if err == nil {
+		l.Spec.RenewTime = &now
+		l, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 	}
 	if err != nil {
-		return err
+		return nil, err // the next renewal reads it afresh
 	}
-	l.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-	return err
+	return l, nil
 }
 
 // pod moves a new pod to Running, and finishes one being deleted.

@@ -589,20 +589,26 @@ func heartbeats(r *result, idle, roll []cluster.Heartbeat, reqs, all cluster.Req
 			at.Format(time.RFC3339Nano), roll[0].At.Format(time.RFC3339Nano), roll[len(roll)-1].At.Format(time.RFC3339Nano))
 	}
 	r.HeartbeatThrottled = len(all.Where(func(x cluster.Request) bool {
-		return x.Code == 429 && strings.HasPrefix(x.User, "system:node:") && (x.Resource == "leases" || x.Subresource == "status")
+		return x.Code == 429 && heartbeatRequest(x, r.Strategy)
 	}))
+}
+
+// heartbeatRequest tells the kubelet stand-ins' requests for their
+// heartbeats (Leases, Node status, by node identities) from the
+// strategy's, which share the identities.
+func heartbeatRequest(x cluster.Request, strategy string) bool {
+	return strings.HasPrefix(x.User, "system:node:") && x.UserAgent != userAgent(strategy) &&
+		(x.Resource == "leases" || (x.Resource == "nodes" && x.Subresource == "status"))
 }
 
 // serverHeartbeats adds the heartbeats' writes as the API server timed
 // them: idle, during the roll and in the second the strategy's requests
-// peaked. The stand-ins' writes are the Lease updates and Node status
-// patches of node identities, from any user agent but the strategy's.
+// peaked: the Lease updates and Node status patches.
 func serverHeartbeats(r *result, idle, roll, reqs cluster.Requests) {
 	took := func(rs cluster.Requests) latency {
 		var ds []time.Duration
 		for _, x := range rs {
-			beat := (x.Resource == "leases" && x.Verb == "update") || (x.Resource == "nodes" && x.Subresource == "status" && x.Verb == "patch")
-			if beat && strings.HasPrefix(x.User, "system:node:") && x.UserAgent != userAgent(r.Strategy) {
+			if heartbeatRequest(x, r.Strategy) && (x.Verb == "update" || x.Verb == "patch") {
 				ds = append(ds, x.Took)
 			}
 		}
