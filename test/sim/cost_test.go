@@ -82,6 +82,11 @@ func TestRollCost(t *testing.T) {
 		}
 		rows = append(rows, costRow(w, meter.Figures(), window, time.Since(began)))
 		t.Logf("N=%d: requests by kind, most first:\n%s", n, kindTable(meter.Kinds(), nil, 20))
+		// Spread over many kinds (one per set of full groups), and
+		// beyond the table's 20.
+		room := roomReads(w)
+		t.Logf("N=%d: room reads (the queue ahead, full groups left out): %d requests, %.1f MB, %d of them pages with more",
+			n, room.Requests, float64(room.Bytes)/1e6, room.More)
 	}
 	span := "makespan"
 	if window > 0 {
