@@ -61,6 +61,13 @@ type Options struct {
 	// first address of its service range) only, so 10.0.0.1 is the one
 	// address that works; Start fails with another.
 	ServeAddress string
+	// OwnProcess runs etcd, kube-apiserver and the controllers in a child
+	// process (this test binary again, whose TestMain must call
+	// ServeControlPlane first), with its own heap and garbage collector:
+	// the benchmarks' hundreds of simulated hosts then stay out of the
+	// API server's latencies, as on a real cluster, where they are other
+	// machines. The hosts, their daemons and the Auditor run here.
+	OwnProcess bool
 }
 
 // ControlPlane is etcd, kube-apiserver and the controllers the tests need.
@@ -82,6 +89,9 @@ type ControlPlane struct {
 	// ServeURL is the API server's URL at Options.ServeAddress, "" without
 	// one.
 	ServeURL string
+	// Pid is the control plane's process (Options.OwnProcess), 0 when it
+	// runs in this one.
+	Pid int
 
 	log    io.Writer
 	tb     *processTB
@@ -96,16 +106,49 @@ type ControlPlane struct {
 
 // Start runs etcd and kube-apiserver with --authorization-mode=Node,RBAC
 // and NodeRestriction, applies kured-host's RBAC manifest, and starts the
-// disruption controller and a node-lifecycle stand-in. Stop it with Stop.
-func Start(opts Options) (cp *ControlPlane, err error) {
+// disruption controller and a node-lifecycle stand-in, in this process or
+// (Options.OwnProcess) in a child. Stop it with Stop.
+func Start(opts Options) (*ControlPlane, error) {
+	if !opts.OwnProcess {
+		return startHere(opts)
+	}
+	if opts.ServeAddress != "" {
+		return nil, errors.New("start control plane: ServeAddress needs the control plane in this process")
+	}
 	began := time.Now()
+	cp, err := newControlPlane(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := cp.startProcess(opts); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	cp.logf("control plane ready at %s in process %d in %s (its own start %s)", cp.Server, cp.Pid,
+		time.Since(began).Round(time.Millisecond), cp.StartTime.Round(time.Millisecond))
+	cp.StartTime = time.Since(began)
+	return cp, nil
+}
+
+// newControlPlane is a control plane with nothing started.
+func newControlPlane(opts Options) (*ControlPlane, error) {
 	dir, err := os.MkdirTemp("", "kured-host-cluster-")
 	if err != nil {
 		return nil, err
 	}
-	cp = &ControlPlane{Dir: dir, log: opts.Log, hosts: map[string]*SimHost{}}
+	cp := &ControlPlane{Dir: dir, log: opts.Log, hosts: map[string]*SimHost{}}
 	cp.tb = &processTB{w: opts.Log, dir: dir}
 	cp.ctx, cp.cancel = context.WithCancel(context.Background())
+	return cp, nil
+}
+
+// startHere starts the control plane in this process.
+func startHere(opts Options) (cp *ControlPlane, err error) {
+	began := time.Now()
+	if cp, err = newControlPlane(opts); err != nil {
+		return nil, err
+	}
+	dir := cp.Dir
 	defer func() {
 		if r := recover(); r != nil {
 			f, ok := r.(fatal)

@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +31,13 @@ import (
 var cp *ControlPlane
 
 func TestMain(m *testing.M) {
+	if served, err := ServeControlPlane(); served { // TestOwnProcess's control plane
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	var logw *os.File
 	if os.Getenv("CLUSTER_LOG") != "" {
 		logw = os.Stderr
@@ -244,6 +253,89 @@ func TestLeaseRenewal(t *testing.T) {
 				tc.name, got.ResourceVersion, got.Spec.RenewTime, stored.ResourceVersion, first.Spec.RenewTime)
 		}
 		first = got
+	}
+}
+
+// TestOwnProcess: a control plane in a process of its own serves the
+// hosts of this one as one in this process does (a host registers with its
+// own identity and is Ready; the audit log has its requests); its API
+// server's metrics and its process's CPU time are read from here, as from
+// the control plane in this process; and Stop ends the process.
+func TestOwnProcess(t *testing.T) {
+	ctx := testCtx(t)
+	const apfWait = "apiserver_flowcontrol_request_wait_duration_seconds"
+	began := time.Now()
+	other, err := Start(Options{OwnProcess: true, AuditLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := other.Pid
+	stopped := false
+	defer func() {
+		if !stopped {
+			other.Stop()
+		}
+	}()
+	if pid == 0 || pid == os.Getpid() {
+		t.Fatalf("control plane in process %d; this is %d", pid, os.Getpid())
+	}
+	log, err := other.AuditLog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := other.AddHost(ctx, HostOptions{Name: "own-process-1", DownTime: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := other.Admin.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !NodeReady(n) || n.Status.NodeInfo.BootID != h.BootID() {
+		t.Errorf("node Ready %v with boot ID %q, want Ready with %q", NodeReady(n), n.Status.NodeInfo.BootID, h.BootID())
+	}
+	rs, err := log.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rs.Where(func(r Request) bool { return r.User == "system:node:"+h.Name }).Count(Verb); got["create"] == 0 || got["patch"] == 0 {
+		t.Errorf("the host's requests by verb %v, want its Node created and its status patched", got)
+	}
+	other.RemoveHost(ctx, h)
+	newHost(t, ctx, HostOptions{}) // requests in a queued level here too
+	for name, c := range map[string]*ControlPlane{"its own process": other, "this process": cp} {
+		mfs, err := c.Metrics(ctx, apfWait)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		levels := map[string]bool{}
+		for _, m := range mfs[apfWait].GetMetric() {
+			for _, b := range m.GetHistogram().GetBucket() {
+				if math.IsInf(b.GetUpperBound(), 0) {
+					t.Errorf("%s: a bucket bounded at %v (the registry's histograms leave +Inf implicit)", name, b.GetUpperBound())
+				}
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "priority_level" && m.GetHistogram().GetSampleCount() > 0 {
+					levels[l.GetValue()] = true
+				}
+			}
+		}
+		// The hosts' requests are in the kubelets' level.
+		if !levels["node-high"] || len(mfs) != 1 {
+			t.Errorf("%s: %d families; the queue waits recorded in levels %v", name, len(mfs), levels)
+		}
+	}
+	if cpu := other.ProcessCPU(); cpu <= 0 || cpu > time.Since(began)*time.Duration(runtime.NumCPU()) {
+		t.Errorf("the control plane's process used %s of CPU", cpu)
+	}
+	if cpu := cp.ProcessCPU(); cpu != 0 {
+		t.Errorf("the control plane in this process: %s of CPU of its own process, want 0", cpu)
+	}
+	other.Stop()
+	stopped = true
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("process %d after Stop: %v, want gone", pid, err)
 	}
 }
 

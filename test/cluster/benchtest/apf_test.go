@@ -1,6 +1,7 @@
 package benchtest
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -8,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/component-base/metrics/legacyregistry"
 )
 
 // The API server's priority and fairness keeps its own record of how long
@@ -34,18 +34,17 @@ type apfWait struct {
 	Total  uint64    `json:"total"`
 }
 
-// apfWaitNow reads the level's histogram from the in-process API server's
-// registry, summed over its FlowSchemas.
+// apfWaitNow reads the level's histogram from the API server's metrics,
+// summed over its FlowSchemas.
 func apfWaitNow(level string) (apfWait, error) {
-	mfs, err := legacyregistry.DefaultGatherer.Gather()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mfs, err := cp.Metrics(ctx, apfWaitMetric)
 	if err != nil {
-		return apfWait{}, fmt.Errorf("gather the API server's metrics: %w", err)
+		return apfWait{}, err
 	}
 	var w apfWait
-	for _, mf := range mfs {
-		if mf.GetName() != apfWaitMetric {
-			continue
-		}
+	if mf := mfs[apfWaitMetric]; mf != nil {
 		for _, m := range mf.GetMetric() {
 			ran, inLevel := false, false
 			for _, l := range m.GetLabel() {

@@ -114,6 +114,13 @@ func benchNotes() []string {
 		"requests: the strategy's clients (by user agent) from the first sentinel to the last release, one per request, from the API server's audit log; a watch counts once, when it starts.",
 		"watch events/MB: what the strategy's clients received on their watches in that window, counted client-side.",
 		"kured-style: one annotation on a DaemonSet, read-modify-write with the resourceVersion (Update), kured's delaytick polling every period with admin credentials; kured's start-up check (1 min) and conflict retry (1 s) scaled by period/1h. Period T is generous to kured (its default 1 h is 6 to 12 times a 5 to 10 min cycle); up to 50 nodes it also runs with period 8T.",
-		"CPU and memory are the whole test process: API server, etcd and every simulated host on the same cores.",
+		machineNote(),
 	}
+}
+
+func machineNote() string {
+	if cp.Pid == 0 {
+		return "CPU and memory are the whole test process: API server, etcd and every simulated host on the same cores (BENCH_ONE_PROCESS)."
+	}
+	return "CPU is the test process's (every simulated host: daemons, kubelet stand-ins) and the control plane's (API server, etcd, in a process of its own), on the same cores; memory is the test process's alone."
 }

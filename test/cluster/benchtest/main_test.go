@@ -22,7 +22,17 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	opts := cluster.Options{AuditLog: true}
+	if served, err := cluster.ServeControlPlane(); served {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	// The control plane in a process of its own, as on a real cluster,
+	// where the fleet is other machines: BENCH_ONE_PROCESS=1 keeps it in
+	// this one, where the hosts' garbage collections stop the API server.
+	opts := cluster.Options{AuditLog: true, OwnProcess: os.Getenv("BENCH_ONE_PROCESS") == ""}
 	if os.Getenv("CLUSTER_LOG") != "" {
 		opts.Log = os.Stderr
 	}

@@ -101,11 +101,13 @@ func (s *memSampler) stop() memStats {
 	return s.peak
 }
 
-// cpuTime is the CPU time the process has used, user and system.
+// cpuTime is the CPU time the process and the control plane's own
+// process (if it has one) have used, user and system: the machine's
+// cores that the roll took.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + cp.ProcessCPU()
 }

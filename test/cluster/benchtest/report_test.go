@@ -72,7 +72,7 @@ func writeTable(w io.Writer, rows []result) {
 			r.Nodes, r.Concurrency, label(r), r.HeartbeatServerIdle, r.HeartbeatServerRoll, r.HeartbeatServerBusy, r.HeartbeatServerBusy.MaxMs)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "The machine: CPU of the test process (API server, etcd, every host; cores busy of %d), and the waits in the queues of the priority level %s (the heartbeats', shared with kured-host's reads and writes of Nodes), from the API server's %s: idle; the whole roll; around the busiest second:\n", runtime.NumCPU(), heartbeatLevel, apfWaitMetric)
+	fmt.Fprintf(w, "The machine: CPU of the test process and the control plane (cores busy of %d), and the waits in the queues of the priority level %s (the heartbeats', shared with kured-host's reads and writes of Nodes), from the API server's %s: idle; the whole roll; around the busiest second:\n", runtime.NumCPU(), heartbeatLevel, apfWaitMetric)
 	for _, r := range rows {
 		fmt.Fprintf(w, "- N=%d, k=%d, %s: idle %.2f cores, %s; roll %.2f cores, %s; busiest second %.2f cores, %s\n",
 			r.Nodes, r.Concurrency, label(r), r.LoadIdle.Cores, r.LoadIdle.Wait, r.LoadRoll.Cores, r.LoadRoll.Wait, r.LoadBusy.Cores, r.LoadBusy.Wait)

@@ -137,9 +137,10 @@ type result struct {
 	ReceivedByKind map[string]float64 `json:"receivedMBByKind"`
 	WatchEvents    int64              `json:"watchEvents"`
 	WatchMB        float64            `json:"watchMB"`
-	// The test process (API server, etcd and every simulated host): CPU
-	// used during the roll, resident memory before the hosts were added
-	// and at its peak during the roll, peak Go heap in use, and VmHWM.
+	// CPU used during the roll by the test process and the control
+	// plane's own (machineNote); the test process's resident memory
+	// before the hosts were added and at its peak during the roll, its
+	// peak Go heap in use, and VmHWM.
 	CPUSeconds  float64 `json:"cpuSeconds"`
 	RSSBeforeMB float64 `json:"rssBeforeMB"`
 	RSSPeakMB   float64 `json:"rssPeakMB"`
