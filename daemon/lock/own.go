@@ -58,7 +58,8 @@ func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
 }
 
 // Observe takes a Node this daemon has just written by another way (the
-// answer to its cordon or uncordon) as the base of its next conditional
+// answer to its cordon or uncordon, or to the kured-compatible marks it
+// sets: daemon/drain, daemon/marks) as the base of its next conditional
 // write. The answer is the Node as the API server stored it, as current
 // as a GET, so the claim write that follows does not meet the conflict,
 // re-read and retry it would otherwise cost. A Node recreated since is
