@@ -156,7 +156,7 @@ func loadBetween(a, b loadSample) load {
 	return l
 }
 
-// loadSampler samples the load every sampleEvery during a roll, so that
+// loadSampler samples the load every loadEvery during a roll, so that
 // its busiest second can be looked at afterwards.
 type loadSampler struct {
 	mu      sync.Mutex
@@ -166,7 +166,7 @@ type loadSampler struct {
 
 func startLoadSampler() *loadSampler {
 	s := &loadSampler{samples: []loadSample{sampleLoad()}}
-	s.end = every(func() {
+	s.end = every(loadEvery, func() {
 		ls := sampleLoad()
 		s.mu.Lock()
 		s.samples = append(s.samples, ls)
@@ -182,7 +182,7 @@ func (s *loadSampler) stop() []loadSample {
 
 // loadAround is the load over the shortest sampled stretch that covers
 // [from, to): from the last sample at or before from to the first at or
-// after to (a quarter of a second wider on each side at most).
+// after to (loadEvery wider on each side at most).
 func loadAround(samples []loadSample, from, to time.Time) load {
 	if len(samples) == 0 {
 		return load{}

@@ -47,13 +47,13 @@ func readMem() memStats {
 	return m
 }
 
-// every runs f every sampleEvery until the returned stop, which waits for
-// it: the samplers of a roll, memory and load, share its ticks.
-func every(f func()) (stop func()) {
+// every runs f every d until the returned stop, which waits for it: the
+// samplers of a roll, memory and load.
+func every(d time.Duration, f func()) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(sampleEvery)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
@@ -72,6 +72,12 @@ func every(f func()) (stop func()) {
 
 const sampleEvery = 250 * time.Millisecond
 
+// loadEvery is the load sampler's period, longer than the memory's: with
+// the control plane in its own process each sample reads the API
+// server's whole /metrics (2.1 MB, about 30 ms of its time), which at
+// four a second took an eighth of a core from the server it measures.
+const loadEvery = time.Second
+
 // memSampler keeps the peaks of memStats, sampled every sampleEvery.
 type memSampler struct {
 	mu   sync.Mutex
@@ -82,7 +88,7 @@ type memSampler struct {
 func startMemSampler() *memSampler {
 	s := &memSampler{}
 	s.sample()
-	s.end = every(s.sample)
+	s.end = every(sampleEvery, s.sample)
 	return s
 }
 
