@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -211,10 +212,16 @@ func parseCA(certPEM, keyPEM []byte) (*CA, error) {
 	return &CA{cert: cert, key: key, PEM: certPEM}, nil
 }
 
-// tail keeps the last 4 KiB written to it: the child's last words.
-type tail struct{ b []byte }
+// tail keeps the last 4 KiB written to it: the child's last words. The
+// child's stderr is copied in while a timed-out start reads it.
+type tail struct {
+	mu sync.Mutex
+	b  []byte
+}
 
 func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.b = append(t.b, p...)
 	if len(t.b) > 4096 {
 		t.b = t.b[len(t.b)-4096:]
@@ -222,7 +229,11 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tail) String() string { return strings.TrimSpace(string(t.b)) }
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.b))
+}
 
 // Metrics returns the API server's metric families of the given names:
 // from this process's registry, or, with the control plane in its own
@@ -289,25 +300,32 @@ func (cp *ControlPlane) ProcessCPU() time.Duration {
 	if cp.Pid == 0 {
 		return 0
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cp.Pid))
+	d, _ := CPUTime(cp.Pid) // gone: nothing more to count
+	return d
+}
+
+// CPUTime is the user and system time process pid has used, from
+// /proc/PID/stat.
+func CPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	// The fields after the command's name, which is in parentheses and
 	// may hold spaces: utime and stime are the 14th and 15th of the line.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 13 {
-		return 0
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command name", pid, len(f))
 	}
 	utime, err1 := strconv.ParseUint(f[11], 10, 64)
 	stime, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
 	const ticks = 100 // USER_HZ, which Linux fixes at 100 for /proc
-	return time.Duration(utime+stime) * time.Second / ticks
+	return time.Duration(utime+stime) * time.Second / ticks, nil
 }

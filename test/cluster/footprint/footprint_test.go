@@ -186,17 +186,11 @@ func memory(b testing.TB, pid int, field string) float64 {
 
 // cpuTime is the user and system time of a process (/proc/PID/stat).
 func cpuTime(b testing.TB, pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := cluster.CPUTime(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Fields after the command name, which is in parentheses.
-	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
-	f := strings.Fields(rest)
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	const ticks = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / ticks
+	return d
 }
 
 // dropCache asks the kernel to drop the file's pages from the page cache.
