@@ -257,6 +257,72 @@ func TestRegressions(t *testing.T) {
 			t.Logf("room reads: %+v", roomReads(w))
 		},
 	}, {
+		// L3c: as L3, and as n40 releases zone-b, the admin sets the
+		// label of the last waiting node of zone-a (its daemon killed
+		// for ten minutes) to entering: a claim that cannot be read,
+		// active by its label, binding every node to concurrency 1.
+		// Just after n41, far back, has read the queue with it, the
+		// admin removes it. n41 kept it from that read until its next
+		// (a minute), since only the waiting ones were read again
+		// (CI's seed 700: a slot idle 41 s); it must take the freed
+		// slot within TakeBound (watchProgress).
+		name: "L3c an unreadable active claim removed far back",
+		opts: func() Options {
+			o := base(42)
+			o.PodsPerNode, o.Concurrency, o.Zones, o.ZoneMax = 0, 3, 2, 1
+			o.Setup = func(w *World) {
+				for i, h := range w.Hosts {
+					h.Zone = "zone-a"
+					if i >= 40 {
+						h.Zone = "zone-b"
+					}
+				}
+				w.Hosts[40].KubeletDelay = 5 * time.Minute
+			}
+			o.NeedAt = func(h *Host) time.Duration {
+				if h.Name == "n41" {
+					return 70 * time.Second
+				}
+				return 0
+			}
+			o.Script = func(w *World) {
+				var victim atomic.Value // the node whose claim is broken
+				var removing atomic.Bool
+				held, fired := false, false // under the store's lock, as Interpose runs
+				w.store.Faults.Interpose = func(r api.Revision) func(*corev1.Node) {
+					if r.Node.Name != "n40" || fired {
+						return nil
+					}
+					switch claim.State(r.Node.Labels[claim.Label]) {
+					case claim.Holding:
+						held = true
+					case "":
+						if held {
+							fired = true
+							w.goSafe(func() { breakLastWaiting(w, &victim) })
+						}
+					}
+					return nil
+				}
+				w.store.Faults.Before = func(r api.Request) error {
+					name, _ := victim.Load().(string)
+					if name == "" || r.Who != api.NodeIdentity("n41") || r.Verb != "list" ||
+						!strings.Contains(r.Selector, claim.SinceLabel+"<") || !removing.CompareAndSwap(false, true) {
+						return nil
+					}
+					w.goSafe(func() {
+						if sleep(w.ctx, time.Second) == nil {
+							w.tracef(name, "the admin removes the unreadable claim, just after n41 read the queue (scenario)")
+							_ = w.store.UpdateNode(name, api.Admin, removeClaim)
+						}
+					})
+					return nil
+				}
+			}
+			return o
+		},
+		fired: traced("just after n41 read the queue"),
+	}, {
 		// A budget that refuses every eviction for longer than the
 		// drain's time-out (10 min): the drain gives up, the node is
 		// put back as it was (aborted, uncordoned) and goes again once
@@ -697,6 +763,37 @@ func roomReads(w *World) api.KindCount {
 		}
 	}
 	return sum
+}
+
+// breakLastWaiting kills the daemon of the waiting node of zone-a that
+// joined last, for ten minutes, and sets its claim's label to entering
+// (its annotation still says waiting): a claim that cannot be read, which
+// counts as holding with concurrency 1. The node's name goes in victim.
+func breakLastWaiting(w *World, victim *atomic.Value) {
+	var last string
+	var since time.Time
+	for _, h := range w.Hosts {
+		n := w.store.Node(h.Name)
+		if h.Zone != "zone-a" || n == nil {
+			continue
+		}
+		c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation])
+		if err == nil && c.State == claim.Waiting && !c.Since.Before(since) {
+			last, since = h.Name, c.Since
+		}
+	}
+	if last == "" {
+		return
+	}
+	h := w.host(last)
+	w.goSafe(func() { h.restartDaemon(10 * time.Minute) })
+	if sleep(w.ctx, 100*time.Millisecond) != nil {
+		return
+	}
+	w.tracef(last, "the admin sets the waiting claim's label to entering (scenario)")
+	if w.store.UpdateNode(last, api.Admin, func(n *corev1.Node) { n.Labels[claim.Label] = string(claim.Entering) }) == nil {
+		victim.Store(last)
+	}
 }
 
 // smallCluster is a scenario's cluster with nothing drawn: every node

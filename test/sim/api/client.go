@@ -30,6 +30,9 @@ import (
 // Request is one request, as the faults see it.
 type Request struct {
 	Who, Verb, Resource, Subresource, Namespace, Name string
+	// Selector is a List's or a watch's label selector: a scenario
+	// tells one read of the queue from another by it.
+	Selector string
 }
 
 // Write reports whether the request changes something.
@@ -132,6 +135,14 @@ func request(who string, a k8stesting.Action) Request {
 	// Get, patch and delete actions all name their object.
 	if named, ok := a.(interface{ GetName() string }); ok {
 		r.Name = named.GetName()
+	}
+	switch a := a.(type) {
+	case k8stesting.ListActionImpl:
+		r.Selector = a.ListOptions.LabelSelector
+	case k8stesting.WatchActionImpl:
+		if a.WatchRestrictions.Labels != nil {
+			r.Selector = a.WatchRestrictions.Labels.String()
+		}
 	}
 	return r
 }
@@ -451,6 +462,7 @@ func (m metaResource) Get(ctx context.Context, name string, _ metav1.GetOptions,
 
 func (m metaResource) List(ctx context.Context, o metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
 	r := m.req("list", "")
+	r.Selector = o.LabelSelector
 	if err := m.c.before(r); err != nil {
 		return nil, err
 	}
@@ -472,6 +484,7 @@ func (m metaResource) List(ctx context.Context, o metav1.ListOptions) (*metav1.P
 
 func (m metaResource) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 	r := m.req("watch", "")
+	r.Selector = o.LabelSelector
 	if err := m.c.before(r); err != nil {
 		return nil, err
 	}
