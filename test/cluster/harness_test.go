@@ -356,9 +356,17 @@ func TestReboot(t *testing.T) {
 	})
 	h.AddProcess("sleeper", func() *exec.Cmd { return exec.Command("sleep", "600") })
 	first := h.Process("sleeper")
+	changed := h.SentinelChanged()
 	if err := h.SetRebootRequired(true); err != nil {
 		t.Fatal(err)
 	}
+	if !isClosed(changed) {
+		t.Error("SentinelChanged not told of the sentinel set")
+	}
+	if err := h.AwaitRebootRequired(ctx); err != nil {
+		t.Fatal(err)
+	}
+	changed = h.SentinelChanged()
 	before := h.BootID()
 
 	cmd := h.RebootCommand()
@@ -371,6 +379,9 @@ func TestReboot(t *testing.T) {
 	}
 	if h.RebootRequired() {
 		t.Error("sentinel survived the reboot")
+	}
+	if !isClosed(changed) {
+		t.Error("SentinelChanged not told of the sentinel the reboot removed")
 	}
 	// The services start right after the boot, in their own goroutines.
 	waitFor(t, ctx, "the service started again", func() bool { return starts.Load() == 2 })
@@ -533,4 +544,13 @@ func rssMiB() int64 {
 		}
 	}
 	return -1
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

@@ -69,11 +69,8 @@ func (d *lockDriver) run(ctx context.Context) error {
 		c, state := l.Known()
 		switch state {
 		case "":
-			if !d.h.RebootRequired() {
-				if err := sleep(ctx, 50*time.Millisecond); err != nil {
-					return err
-				}
-				continue
+			if err := d.h.AwaitRebootRequired(ctx); err != nil {
+				return err
 			}
 			if err := l.Join(ctx); err != nil {
 				return err

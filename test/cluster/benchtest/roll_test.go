@@ -309,6 +309,9 @@ func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollC
 	cpuBefore := cpuTime()
 	watchBefore := f.meter.snapshot()
 	start := time.Now()
+	if path := os.Getenv("BENCH_SERVER_PROFILE"); path != "" {
+		go serverProfile(ctx, cp, path, 90*time.Second)
+	}
 	for _, h := range f.hosts {
 		if err := h.SetRebootRequired(true); err != nil {
 			tb.Fatal(err)
@@ -823,3 +826,17 @@ func heartbeatTrace(start time.Time, beats []cluster.Heartbeat, reqs cluster.Req
 }
 
 var processStart = time.Now()
+
+// serverProfile writes the API server's CPU profile over the first d of
+// the roll to path (BENCH_SERVER_PROFILE): where the control plane's
+// cores go.
+func serverProfile(ctx context.Context, cp *cluster.ControlPlane, path string, d time.Duration) {
+	body, err := cp.Admin.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", fmt.Sprint(int(d.Seconds()))).Timeout(d+time.Minute).DoRaw(ctx)
+	if err == nil {
+		err = os.WriteFile(path, body, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "the API server's profile: %v\n", err)
+	}
+}

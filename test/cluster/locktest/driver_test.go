@@ -163,11 +163,8 @@ func (d *driver) run(ctx context.Context) error {
 		c, state := l.Known()
 		switch state {
 		case "":
-			if !d.h.RebootRequired() {
-				if err := d.sleep(ctx, 50*time.Millisecond); err != nil {
-					return err
-				}
-				continue
+			if err := d.h.AwaitRebootRequired(ctx); err != nil {
+				return err
 			}
 			if err := d.step(ctx); err != nil {
 				return err
