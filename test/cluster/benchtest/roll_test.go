@@ -832,7 +832,7 @@ var processStart = time.Now()
 // cores go.
 func serverProfile(ctx context.Context, cp *cluster.ControlPlane, path string, d time.Duration) {
 	body, err := cp.Admin.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-		Param("seconds", fmt.Sprint(int(d.Seconds()))).Timeout(d+time.Minute).DoRaw(ctx)
+		Param("seconds", fmt.Sprint(int(d.Seconds()))).Timeout(d + time.Minute).DoRaw(ctx)
 	if err == nil {
 		err = os.WriteFile(path, body, 0o644)
 	}
