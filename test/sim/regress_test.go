@@ -147,28 +147,7 @@ func TestRegressions(t *testing.T) {
 		// as soon as n40 is done: it takes the freed slot within
 		// TakeBound (watchProgress), long before zone-a is done.
 		name: "L3 far back in a zone that frees",
-		opts: func() Options {
-			o := base(42)
-			o.PodsPerNode, o.Concurrency, o.Zones, o.ZoneMax = 0, 3, 2, 1
-			o.Setup = func(w *World) {
-				for i, h := range w.Hosts {
-					h.Zone = "zone-a"
-					if i >= 40 {
-						h.Zone = "zone-b"
-					}
-				}
-				w.Hosts[40].KubeletDelay = 5 * time.Minute
-			}
-			// The daemons look at the sentinel once a minute: n21 joins
-			// a minute after the others.
-			o.NeedAt = func(h *Host) time.Duration {
-				if h.Name == "n41" {
-					return 70 * time.Second
-				}
-				return 0
-			}
-			return o
-		},
+		opts: farBackCluster,
 		fired: func(w *World, res Result) bool { return w.Hosts[41].Planned == 1 },
 		check: func(t *testing.T, w *World, res Result) {
 			last, before := w.Hosts[41].Name, 0
@@ -228,22 +207,7 @@ func TestRegressions(t *testing.T) {
 				return 0
 			}
 			o.Script = func(w *World) {
-				held, fired := false, false // under the store's lock, as Interpose runs
-				w.store.Faults.Interpose = func(r api.Revision) func(*corev1.Node) {
-					if r.Node.Name != "n20" || fired {
-						return nil
-					}
-					switch claim.State(r.Node.Labels[claim.Label]) {
-					case claim.Holding:
-						held = true
-					case "":
-						if held {
-							fired = true
-							w.goSafe(func() { w.host("n21").restartDaemon(time.Minute) })
-						}
-					}
-					return nil
-				}
+				onRelease(w, "n20", func() { w.host("n21").restartDaemon(time.Minute) })
 			}
 			return o
 		},
@@ -268,42 +232,11 @@ func TestRegressions(t *testing.T) {
 		// slot within TakeBound (watchProgress).
 		name: "L3c an unreadable active claim removed far back",
 		opts: func() Options {
-			o := base(42)
-			o.PodsPerNode, o.Concurrency, o.Zones, o.ZoneMax = 0, 3, 2, 1
-			o.Setup = func(w *World) {
-				for i, h := range w.Hosts {
-					h.Zone = "zone-a"
-					if i >= 40 {
-						h.Zone = "zone-b"
-					}
-				}
-				w.Hosts[40].KubeletDelay = 5 * time.Minute
-			}
-			o.NeedAt = func(h *Host) time.Duration {
-				if h.Name == "n41" {
-					return 70 * time.Second
-				}
-				return 0
-			}
+			o := farBackCluster()
 			o.Script = func(w *World) {
 				var victim atomic.Value // the node whose claim is broken
 				var removing atomic.Bool
-				held, fired := false, false // under the store's lock, as Interpose runs
-				w.store.Faults.Interpose = func(r api.Revision) func(*corev1.Node) {
-					if r.Node.Name != "n40" || fired {
-						return nil
-					}
-					switch claim.State(r.Node.Labels[claim.Label]) {
-					case claim.Holding:
-						held = true
-					case "":
-						if held {
-							fired = true
-							w.goSafe(func() { breakLastWaiting(w, &victim) })
-						}
-					}
-					return nil
-				}
+				onRelease(w, "n40", func() { breakLastWaiting(w, &victim) })
 				w.store.Faults.Before = func(r api.Request) error {
 					name, _ := victim.Load().(string)
 					if name == "" || r.Who != api.NodeIdentity("n41") || r.Verb != "list" ||
@@ -763,6 +696,53 @@ func roomReads(w *World) api.KindCount {
 		}
 	}
 	return sum
+}
+
+// onRelease runs f, in a goroutine of its own, when node first releases
+// a slot it held (its claim removed after it was holding).
+func onRelease(w *World, node string, f func()) {
+	held, fired := false, false // under the store's lock, as Interpose runs
+	w.store.Faults.Interpose = func(r api.Revision) func(*corev1.Node) {
+		if r.Node.Name != node || fired {
+			return nil
+		}
+		switch claim.State(r.Node.Labels[claim.Label]) {
+		case claim.Holding:
+			held = true
+		case "":
+			if held {
+				fired = true
+				w.goSafe(f)
+			}
+		}
+		return nil
+	}
+}
+
+// farBackCluster is L3's cluster: forty nodes of zone-a, one at a time,
+// and n40 and n41 of zone-b. n40 holds zone-b for minutes (its kubelet
+// is slow to report the boot); n41 joins a minute after the others (the
+// daemons look at the sentinel once a minute), behind all of zone-a,
+// far back in the queue (more than the window of 16 ahead).
+func farBackCluster() Options {
+	o := smallCluster(42)
+	o.PodsPerNode, o.Concurrency, o.Zones, o.ZoneMax = 0, 3, 2, 1
+	o.Setup = func(w *World) {
+		for i, h := range w.Hosts {
+			h.Zone = "zone-a"
+			if i >= 40 {
+				h.Zone = "zone-b"
+			}
+		}
+		w.Hosts[40].KubeletDelay = 5 * time.Minute
+	}
+	o.NeedAt = func(h *Host) time.Duration {
+		if h.Name == "n41" {
+			return 70 * time.Second
+		}
+		return 0
+	}
+	return o
 }
 
 // breakLastWaiting kills the daemon of the waiting node of zone-a that
