@@ -146,8 +146,8 @@ func TestRegressions(t *testing.T) {
 		// of 16 ahead), its mark stuck in zone-a's slow queue, and may go
 		// as soon as n40 is done: it takes the freed slot within
 		// TakeBound (watchProgress), long before zone-a is done.
-		name: "L3 far back in a zone that frees",
-		opts: farBackCluster,
+		name:  "L3 far back in a zone that frees",
+		opts:  farBackCluster,
 		fired: func(w *World, res Result) bool { return w.Hosts[41].Planned == 1 },
 		check: func(t *testing.T, w *World, res Result) {
 			last, before := w.Hosts[41].Name, 0
