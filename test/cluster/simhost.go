@@ -287,9 +287,9 @@ func (h *SimHost) SetRebootRequired(on bool) error {
 // SentinelChanged returns a channel closed the next time the sentinel is
 // set or removed by SetRebootRequired, or removed by a reboot: what the
 // daemon learns from inotify, for the harness's drivers of the lock,
-// which polled it instead (500 hosts stating it 20 times a second were
-// the largest single cost of the bench's fleet, and the CPU it took was
-// the heartbeats'). Take it before RebootRequired, so that a change in
+// which polled it instead (500 hosts stating it 20 times a second took an
+// eighth of the bench's fleet process's CPU, which the heartbeats
+// share). Take it before RebootRequired, so that a change in
 // between is not missed. A sentinel written by other means is not seen.
 func (h *SimHost) SentinelChanged() <-chan struct{} {
 	h.mu.Lock()
