@@ -76,13 +76,17 @@ func BenchmarkRoll(b *testing.B) {
 // lock's figures as the benchmark's metrics.
 func benchCase(b *testing.B, c rollCase) []result {
 	var rows []result
-	for _, s := range benchStrategies() {
+	for _, s := range benchStrategies(c) {
 		r := roll(b, c, s)
 		rows = append(rows, r)
 		if s == slotLock {
 			b.ReportMetric(r.Ratio, "ratio")
 			b.ReportMetric(r.HandoffP99*1000, "handoff-p99-ms")
 			b.ReportMetric(r.PerAcquisition, "requests/acquisition")
+			continue
+		}
+		if s == oracleLock {
+			b.ReportMetric(r.Ratio, "oracle-ratio")
 			continue
 		}
 		b.ReportMetric(r.Ratio, "kured-style-ratio")
@@ -97,11 +101,16 @@ func benchCase(b *testing.B, c rollCase) []result {
 	return rows
 }
 
-// benchStrategies are both, or those named in BENCH_STRATEGIES
-// (comma-separated).
-func benchStrategies() []string {
+// benchStrategies are the slot lock and the kured-style baseline, and at
+// 500 nodes (the case that measures the heartbeats) also the oracle, the
+// floor that a roll's reboots alone set; or those named in
+// BENCH_STRATEGIES (comma-separated).
+func benchStrategies(c rollCase) []string {
 	if s := os.Getenv("BENCH_STRATEGIES"); s != "" {
 		return strings.Split(s, ",")
+	}
+	if c.Nodes >= 500 {
+		return []string{slotLock, kuredStyle, oracleLock}
 	}
 	return []string{slotLock, kuredStyle}
 }
@@ -114,6 +123,7 @@ func benchNotes() []string {
 		"requests: the strategy's clients (by user agent) from the first sentinel to the last release, one per request, from the API server's audit log; a watch counts once, when it starts.",
 		"watch events/MB: what the strategy's clients received on their watches in that window, counted client-side.",
 		"kured-style: one annotation on a DaemonSet, read-modify-write with the resourceVersion (Update), kured's delaytick polling every period with admin credentials; kured's start-up check (1 min) and conflict retry (1 s) scaled by period/1h. Period T is generous to kured (its default 1 h is 6 to 12 times a 5 to 10 min cycle); up to 50 nodes it also runs with period 8T.",
+		"oracle (500 nodes): no lock requests; one scheduler in the bench process hands each slot out the moment it is free, in the order asked, within the same limits. Its requests are the cordon and uncordon; its figures are what the reboots alone cost on this machine.",
 		machineNote(),
 	}
 }

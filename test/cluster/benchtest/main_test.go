@@ -11,6 +11,7 @@ package benchtest
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/kured-host/kured-host/test/cluster"
@@ -45,6 +46,17 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		cp.Stop()
 		os.Exit(1)
+	}
+	if v := os.Getenv("BENCH_FLEET_NICE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err == nil {
+			err = niceFleet(n)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			cp.Stop()
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	if keep := os.Getenv("BENCH_KEEP_AUDIT"); keep != "" {

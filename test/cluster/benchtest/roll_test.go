@@ -30,6 +30,7 @@ const zoneLabel = "topology.kubernetes.io/zone"
 const (
 	slotLock   = "kured-host"
 	kuredStyle = "kured-style"
+	oracleLock = "oracle" // oracle_test.go
 )
 
 func userAgent(strategy string) string { return strategy + "-bench" }
@@ -251,7 +252,7 @@ func roll(tb testing.TB, c rollCase, strategy string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), budget+15*time.Minute)
 	defer cancel()
 	run := rollSeq.Add(1)
-	prefix := fmt.Sprintf("r%d-%c", run, map[string]rune{slotLock: 'h', kuredStyle: 's'}[strategy])
+	prefix := fmt.Sprintf("r%d-%c", run, map[string]rune{slotLock: 'h', kuredStyle: 's', oracleLock: 'o'}[strategy])
 
 	memBefore := readMem()
 	f := &fleet{hosts: addHosts(tb, ctx, prefix, c), meter: &meter{}, fail: make(chan error, 1)}
@@ -262,6 +263,8 @@ func roll(tb testing.TB, c rollCase, strategy string) result {
 		w = startSlotLock(tb, ctx, f, c)
 	case kuredStyle:
 		w = startKuredStyle(tb, ctx, f, c, prefix, run)
+	case oracleLock:
+		w = startOracle(tb, f, c)
 	default:
 		tb.Fatalf("no strategy %q", strategy)
 	}
