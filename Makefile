@@ -111,7 +111,7 @@ bench-lock: ## hand-off latency and API requests per acquisition, 20 and 50 node
 # stdout, and the same as JSON in results/ (not committed). BENCH=Roll/N=50
 # picks cases; BENCH_T sets the simulated time per node (default 2s).
 BENCH ?= Roll
-bench: ## roll 10 to 500 nodes against the ideal and a kured-style baseline: one table, JSON in results/ (about 25 min)
+bench: ## roll 10 to 500 nodes against the ideal and a kured-style baseline: one table, JSON in results/ (about 27 min)
 	cd test/cluster && BENCH_RESULTS=$(abspath results) CGO_ENABLED=1 \
 	  $(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 60m ./benchtest/
 

@@ -144,7 +144,7 @@ type loadSample struct {
 
 func sampleLoad() loadSample {
 	w, _ := apfWaitNow(heartbeatLevel) // a failed read shows as no requests
-	return loadSample{at: time.Now(), cpu: cpuTime(), wait: w}
+	return loadSample{at: time.Now(), cpu: cpuTime().all, wait: w}
 }
 
 // loadBetween is the load from a to b.

@@ -110,10 +110,20 @@ func (s *memSampler) stop() memStats {
 // cpuTime is the CPU time the process and the control plane's own
 // process (if it has one) have used, user and system: the machine's
 // cores that the roll took.
-func cpuTime() time.Duration {
+func cpuTime() cpuTimes {
 	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+	var self time.Duration
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) + cp.ProcessCPU()
+	server := cp.ProcessCPU()
+	return cpuTimes{all: self + server, server: server}
+}
+
+// cpuTimes is the CPU used by both processes, and by the control plane's
+// alone (zero with BENCH_ONE_PROCESS).
+type cpuTimes struct{ all, server time.Duration }
+
+func (a cpuTimes) sub(b cpuTimes) cpuTimes {
+	return cpuTimes{all: a.all - b.all, server: a.server - b.server}
 }

@@ -78,6 +78,11 @@ func writeTable(w io.Writer, rows []result) {
 			r.Nodes, r.Concurrency, label(r), r.LoadIdle.Cores, r.LoadIdle.Wait, r.LoadRoll.Cores, r.LoadRoll.Wait, r.LoadBusy.Cores, r.LoadBusy.Wait)
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, "CPU seconds over the roll (the table's CPU s): the control plane's process (API server, etcd, controllers), and the test process's (every simulated host and the bench):")
+	for _, r := range rows {
+		fmt.Fprintf(w, "- N=%d, k=%d, %s: control plane %.1f s, hosts %.1f s\n", r.Nodes, r.Concurrency, label(r), r.ServerCPUSeconds, r.CPUSeconds-r.ServerCPUSeconds)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Received MB by kind of request:")
 	for _, r := range rows {
 		var parts []string

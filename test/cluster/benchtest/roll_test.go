@@ -142,11 +142,15 @@ type result struct {
 	// plane's own (machineNote); the test process's resident memory
 	// before the hosts were added and at its peak during the roll, its
 	// peak Go heap in use, and VmHWM.
-	CPUSeconds  float64 `json:"cpuSeconds"`
-	RSSBeforeMB float64 `json:"rssBeforeMB"`
-	RSSPeakMB   float64 `json:"rssPeakMB"`
-	HeapPeakMB  float64 `json:"heapPeakMB"`
-	HWMMB       float64 `json:"vmHWMMB"`
+	CPUSeconds float64 `json:"cpuSeconds"`
+	// ServerCPUSeconds is the control plane's share of CPUSeconds (its
+	// own process; zero with BENCH_ONE_PROCESS): what the roll cost the
+	// API server, etcd and the controllers, against the oracle's.
+	ServerCPUSeconds float64 `json:"serverCpuSeconds"`
+	RSSBeforeMB      float64 `json:"rssBeforeMB"`
+	RSSPeakMB        float64 `json:"rssPeakMB"`
+	HeapPeakMB       float64 `json:"heapPeakMB"`
+	HWMMB            float64 `json:"vmHWMMB"`
 	// The kubelet stand-ins' heartbeats (Lease renewals, status
 	// reports): the cluster idle before the roll (N ≥ 200 only: 12 s),
 	// the whole roll, and the roll's busiest second (by the strategy's
@@ -322,7 +326,7 @@ func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollC
 	}
 	slots, finished := waitRolled(tb, ctx, f, w, start.Add(budget))
 	watch := f.meter.snapshot().sub(watchBefore)
-	cpu := cpuTime() - cpuBefore
+	cpu := cpuTime().sub(cpuBefore)
 	mem := sampler.stop()
 	samples := loads.stop()
 	if err := w.check(); err != nil {
@@ -477,13 +481,13 @@ func later(a, b time.Time) time.Time {
 
 // measure turns one roll's record into its figures.
 func measure(c rollCase, strategy string, start, end time.Time, slots []slot, reqs cluster.Requests,
-	watch meterSnapshot, cpu time.Duration, before memStats, peak memStats) result {
+	watch meterSnapshot, cpu cpuTimes, before memStats, peak memStats) result {
 	r := result{
 		Strategy: strategy, Nodes: c.Nodes, Concurrency: c.K, Zones: c.Zones, GroupLimit: c.GroupMax(),
 		T: c.T().Seconds(), Makespan: end.Sub(start).Seconds(), Rounds: c.Rounds(), Ideal: c.Ideal().Seconds(),
 		Requests: len(reqs), ByVerb: reqs.Count(cluster.Verb), PeakByVerb: map[string]int{},
 		ReceivedMB: float64(watch.all) / 1e6, WatchEvents: watch.events, WatchMB: float64(watch.bytes) / 1e6,
-		CPUSeconds: cpu.Seconds(), RSSBeforeMB: mb(before.rss), RSSPeakMB: mb(peak.rss), HeapPeakMB: mb(peak.heap), HWMMB: mb(peak.hwm),
+		CPUSeconds: cpu.all.Seconds(), ServerCPUSeconds: cpu.server.Seconds(), RSSBeforeMB: mb(before.rss), RSSPeakMB: mb(peak.rss), HeapPeakMB: mb(peak.heap), HWMMB: mb(peak.hwm),
 	}
 	if strategy == kuredStyle {
 		r.Period = c.Period.Seconds()
