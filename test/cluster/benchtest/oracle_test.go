@@ -158,18 +158,22 @@ type oracleNode struct {
 
 func (n *oracleNode) run(ctx context.Context) error {
 	boot := n.h.BootID()
-	if was, ok := n.o.holding(n.h.Name); ok && was != "" && was != boot {
+	was, held := n.o.holding(n.h.Name)
+	if held && was != "" && was != boot {
 		if _, err := setUnschedulable(ctx, n.client, n.h.Name, false); err != nil {
 			return err
 		}
 		n.o.release(n.h.Name)
+		held = false
 	}
 	n.started()
 	if err := n.h.AwaitRebootRequired(ctx); err != nil {
 		return err
 	}
-	if err := n.o.acquire(ctx, n.h.Name, n.zone); err != nil {
-		return err
+	if !held { // else started again before its reboot: it keeps its slot
+		if err := n.o.acquire(ctx, n.h.Name, n.zone); err != nil {
+			return err
+		}
 	}
 	if _, err := setUnschedulable(ctx, n.client, n.h.Name, true); err != nil {
 		return err
