@@ -26,12 +26,11 @@ import (
 type oracle struct {
 	k, zoneMax int
 
-	mu         sync.Mutex
-	queue      []*oracleWait // in the order the nodes asked
-	held       map[string]*oracleHold
-	perZone    map[string]int
-	given      []slot
-	violations []string
+	mu      sync.Mutex
+	queue   []*oracleWait // in the order the nodes asked
+	held    map[string]*oracleHold
+	perZone map[string]int
+	ended   []oracleSpan // every slot given back, used or not
 }
 
 type oracleWait struct {
@@ -43,6 +42,15 @@ type oracleHold struct {
 	zone  string
 	since time.Time
 	boot  string // the boot the node asked for its reboot in
+}
+
+// oracleSpan is one slot from grant to release. A slot granted to a wait
+// that was given up meanwhile is not used: it counts against the limits
+// but is not one of the roll's slots.
+type oracleSpan struct {
+	node, zone string
+	from, to   time.Time
+	used       bool
 }
 
 func newOracle(k, zoneMax int) *oracle {
@@ -63,8 +71,8 @@ func (o *oracle) acquire(ctx context.Context, node, zone string) error {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		select {
-		case <-w.granted: // granted meanwhile: give it back
-			o.releaseLocked(node)
+		case <-w.granted: // granted meanwhile: give it back unused
+			o.releaseLocked(node, false)
 		default:
 			o.queue = slices.DeleteFunc(o.queue, func(x *oracleWait) bool { return x == w })
 		}
@@ -81,9 +89,6 @@ func (o *oracle) grant() {
 		}
 		o.held[w.node] = &oracleHold{zone: w.zone, since: time.Now()}
 		o.perZone[w.zone]++
-		if len(o.held) > o.k || o.perZone[w.zone] > o.zoneMax {
-			o.violations = append(o.violations, fmt.Sprintf("%s: %d held, %d in %s", w.node, len(o.held), o.perZone[w.zone], w.zone))
-		}
 		close(w.granted)
 		return true
 	})
@@ -112,17 +117,17 @@ func (o *oracle) holding(node string) (boot string, ok bool) {
 func (o *oracle) release(node string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.releaseLocked(node)
+	o.releaseLocked(node, true)
 }
 
-func (o *oracle) releaseLocked(node string) {
+func (o *oracle) releaseLocked(node string, used bool) {
 	h := o.held[node]
 	if h == nil {
 		return
 	}
 	delete(o.held, node)
 	o.perZone[h.zone]--
-	o.given = append(o.given, slot{node: node, held: h.since, released: time.Now()})
+	o.ended = append(o.ended, oracleSpan{node: node, zone: h.zone, from: h.since, to: time.Now(), used: used})
 	o.grant()
 }
 
@@ -130,14 +135,57 @@ func (o *oracle) releaseLocked(node string) {
 func (o *oracle) slots(context.Context) ([]slot, int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return slices.Clone(o.given), len(o.held), nil
+	var done []slot
+	for _, s := range o.ended {
+		if s.used {
+			done = append(done, slot{node: s.node, held: s.from, released: s.to})
+		}
+	}
+	return done, len(o.held), nil
 }
 
+// check replays the slots' spans, not grant's counters: a grant that
+// broke a limit shows as more spans open at one instant than the limit
+// allows. A release and a grant at the same instant are a hand-off, the
+// release first.
 func (o *oracle) check() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.violations) > 0 {
-		return fmt.Errorf("oracle: %d violation(s): %v", len(o.violations), o.violations)
+	type edge struct {
+		at   time.Time
+		zone string
+		d    int
+	}
+	var edges []edge
+	for _, s := range o.ended {
+		// A slot held for no time at all still held it: its release
+		// must not sort before its own grant.
+		to := s.to
+		if !to.After(s.from) {
+			to = s.from.Add(time.Nanosecond)
+		}
+		edges = append(edges, edge{s.from, s.zone, +1}, edge{to, s.zone, -1})
+	}
+	for _, h := range o.held {
+		edges = append(edges, edge{h.since, h.zone, +1})
+	}
+	slices.SortStableFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.d - b.d
+	})
+	var problems []string
+	all, perZone := 0, map[string]int{}
+	for _, e := range edges {
+		all += e.d
+		perZone[e.zone] += e.d
+		if e.d > 0 && (all > o.k || perZone[e.zone] > o.zoneMax) {
+			problems = append(problems, fmt.Sprintf("%s: %d held, %d in %s", e.at.Format(time.StampMilli), all, perZone[e.zone], e.zone))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("oracle: %d limit(s) broken: %v", len(problems), problems)
 	}
 	return nil
 }

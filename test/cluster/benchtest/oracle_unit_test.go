@@ -58,7 +58,7 @@ func TestOracle(t *testing.T) {
 	// A wait given up is no slot.
 	wctx, wcancel := context.WithCancel(ctx)
 	o.mu.Lock()
-	o.held["x"], o.held["y"] = &oracleHold{zone: "z1"}, &oracleHold{zone: "z2"}
+	o.held["x"], o.held["y"] = &oracleHold{zone: "z1", since: time.Now()}, &oracleHold{zone: "z2", since: time.Now()}
 	o.perZone["z1"], o.perZone["z2"] = 1, 1
 	o.mu.Unlock()
 	done := make(chan error, 1)
@@ -81,5 +81,53 @@ func TestOracle(t *testing.T) {
 		if err := <-a.done; err != nil {
 			t.Fatalf("acquire %s: %v", a.node, err)
 		}
+	}
+}
+
+// TestOracleCheck checks that check finds a broken limit in the spans
+// alone, and that a slot given back unused counts against the limits but
+// is not one of the roll's slots.
+func TestOracleCheck(t *testing.T) {
+	t0 := time.Now()
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	tests := []struct {
+		name   string
+		spans  []oracleSpan
+		broken bool
+	}{
+		{"hand-off at one instant", []oracleSpan{
+			{node: "a", zone: "z1", from: at(0), to: at(2), used: true},
+			{node: "b", zone: "z1", from: at(2), to: at(4), used: true},
+		}, false},
+		{"two in one zone", []oracleSpan{
+			{node: "a", zone: "z1", from: at(0), to: at(2), used: true},
+			{node: "b", zone: "z1", from: at(1), to: at(3), used: true},
+		}, true},
+		{"three over k", []oracleSpan{
+			{node: "a", zone: "z1", from: at(0), to: at(3), used: true},
+			{node: "b", zone: "z2", from: at(1), to: at(3), used: true},
+			{node: "c", zone: "z3", from: at(2), to: at(3), used: true},
+		}, true},
+		{"an unused slot still counts", []oracleSpan{
+			{node: "a", zone: "z1", from: at(0), to: at(2), used: true},
+			{node: "b", zone: "z1", from: at(1), to: at(1), used: false},
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := newOracle(2, 1)
+			o.ended = tt.spans
+			if err := o.check(); (err != nil) != tt.broken {
+				t.Fatalf("check() = %v, want broken %v", err, tt.broken)
+			}
+		})
+	}
+
+	o := newOracle(2, 1)
+	o.held["a"], o.perZone["z1"] = &oracleHold{zone: "z1", since: t0}, 1
+	o.releaseLocked("a", false)
+	done, held, _ := o.slots(context.Background())
+	if len(done) != 0 || held != 0 || len(o.ended) != 1 {
+		t.Fatalf("after an unused release: %d slots, %d held, %d spans; want 0, 0, 1", len(done), held, len(o.ended))
 	}
 }
