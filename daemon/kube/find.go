@@ -192,6 +192,9 @@ func (k Kubeconfig) Rest(userAgent string, clock *ServerClock) (*rest.Config, er
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", k.Path, err)
 	}
+	// Before the certificate's transport, which is built from cfg's
+	// settings as they are then.
+	Tune(cfg)
 	// Before the certificate's transport, which dials through it.
 	newReconnecting().install(cfg)
 	if cert != nil {
@@ -200,7 +203,6 @@ func (k Kubeconfig) Rest(userAgent string, clock *ServerClock) (*rest.Config, er
 		}
 	}
 	cfg.UserAgent = userAgent
-	Tune(cfg)
 	if clock != nil {
 		cfg.Wrap(clock.Wrap)
 	}

@@ -379,10 +379,11 @@ func TestPluginsOnlyWhenConfigured(t *testing.T) {
 func TestHostRootCertificates(t *testing.T) {
 	ca := newCA(t)
 	var mu sync.Mutex
-	var seen []string
+	var seen, encodings []string
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		seen = append(seen, r.TLS.PeerCertificates[0].Subject.CommonName)
+		encodings = append(encodings, r.Header.Get("Accept-Encoding"))
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"major":"1","minor":"37"}`)
@@ -431,6 +432,13 @@ users:
 	defer mu.Unlock()
 	if len(seen) != 2 || seen[0] != "system:node:one" || seen[1] != "system:node:two" {
 		t.Errorf("client certificates seen %q, want the first, then the rotated one", seen)
+	}
+	// Tune's settings reach the certificate's own transport: no gzip
+	// asked of the API server.
+	for _, e := range encodings {
+		if strings.Contains(e, "gzip") {
+			t.Errorf("request sent Accept-Encoding %q: compression is not disabled on the host certificate's transport", e)
+		}
 	}
 }
 
