@@ -170,20 +170,39 @@ func New(o Options) *Lock {
 	}
 }
 
-// Start prepares the lock to run until ctx ends. It starts one small
-// request, the count of the cluster's nodes that paces a join (paceJoin):
-// read when the need comes, the counts of a cluster whose nodes all
-// learn of a kernel update at once were that roll's busiest second (495
-// in one second at 500 nodes, before any pacing). It does not wait for
-// it: a daemon that starts in the boot after its reboot still holds its
-// slot, and the count would only delay the release. Otherwise the watch of
+// Start prepares the lock to run until ctx ends. It keeps the count of
+// the cluster's nodes that paces a join (paceJoin, keepCount): read when
+// the need comes, the counts of a cluster whose nodes all learn of a
+// kernel update at once were that roll's busiest second (495 in one
+// second at 500 nodes, before any pacing). It does not wait for the
+// first: a daemon that starts in the boot after its reboot still holds
+// its slot, and the count would only delay the release. Otherwise the watch of
 // the claimed nodes starts when this node waits near the front of the
 // queue and stops when it does not need it, so that a node that needs no
 // reboot, or is far back, costs the API server nothing.
 func (l *Lock) Start(ctx context.Context) error {
 	l.base = ctx
-	go l.countNodes(ctx)
+	go l.keepCount(ctx)
 	return nil
+}
+
+// countEvery is how often, at the least, a running daemon reads the
+// cluster's node count again (jittered up to twice that).
+const countEvery = 3 * time.Hour
+
+// keepCount reads the node count now and every countEvery to 2·countEvery
+// until ctx ends. A daemon runs for weeks between kernel updates while
+// the cluster may grow; reading the count again when the need comes, or
+// right after the join, put one request per node in the burst of joins
+// that the count is there to spread. 500 nodes reading it four to eight
+// times a day are a few requests a minute.
+func (l *Lock) keepCount(ctx context.Context) {
+	for {
+		l.countNodes(ctx)
+		if sleep(ctx, l.jitter(countEvery)) != nil {
+			return
+		}
+	}
 }
 
 // SetPaused tells the lock whether the cluster is paused, as the cycle
