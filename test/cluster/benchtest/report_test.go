@@ -72,6 +72,12 @@ func writeTable(w io.Writer, rows []result) {
 			r.Nodes, r.Concurrency, label(r), r.HeartbeatServerIdle, r.HeartbeatServerRoll, r.HeartbeatServerBusy, r.HeartbeatServerBusy.MaxMs)
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, "The roll's heartbeats split where kured-host's join spread ends (the same cut for every strategy), p50 / p99 (count): during the joins; after them; round trip, then the server's time:")
+	for _, r := range rows {
+		fmt.Fprintf(w, "- N=%d, k=%d, %s: first %.0f s %s, after %s; server %s, after %s\n",
+			r.Nodes, r.Concurrency, label(r), r.JoinSeconds, r.HeartbeatJoin, r.HeartbeatAfterJoin, r.HeartbeatServerJoin, r.HeartbeatServerAfterJoin)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "The machine: CPU of the test process and the control plane (cores busy of %d), and the waits in the queues of the priority level %s (the heartbeats', shared with kured-host's reads and writes of Nodes), from the API server's %s: idle; the whole roll; around the busiest second:\n", runtime.NumCPU(), heartbeatLevel, apfWaitMetric)
 	for _, r := range rows {
 		fmt.Fprintf(w, "- N=%d, k=%d, %s: idle %.2f cores, %s; roll %.2f cores, %s; busiest second %.2f cores, %s\n",

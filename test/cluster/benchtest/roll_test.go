@@ -21,6 +21,7 @@ import (
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/kube"
+	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/test/cluster"
 )
 
@@ -174,6 +175,15 @@ type result struct {
 	HeartbeatServerIdle latency `json:"heartbeatServerIdle"`
 	HeartbeatServerRoll latency `json:"heartbeatServerRoll"`
 	HeartbeatServerBusy latency `json:"heartbeatServerBusiestSecond"`
+	// The roll's heartbeats split where kured-host's join spread ends
+	// (lock.JoinSpread after the first sentinel, JoinSeconds), the same
+	// cut for every strategy: the burst of joins against the rest of
+	// the roll, hand-offs and reboots. Round trip, then server time.
+	JoinSeconds              float64 `json:"joinSeconds"`
+	HeartbeatJoin            latency `json:"heartbeatJoin"`
+	HeartbeatAfterJoin       latency `json:"heartbeatAfterJoin"`
+	HeartbeatServerJoin      latency `json:"heartbeatServerJoin"`
+	HeartbeatServerAfterJoin latency `json:"heartbeatServerAfterJoin"`
 	// The machine over the same three stretches: CPU and the heartbeat
 	// level's queue waits (apf_test.go).
 	LoadIdle load `json:"loadIdle"`
@@ -353,6 +363,11 @@ func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollC
 	r := measure(c, strategy, start, end, slots, reqs, watch, cpu, memBefore, mem)
 	heartbeats(&r, idle, cp.Heartbeats(start, end), reqs, all.Between(start, end))
 	serverHeartbeats(&r, all.Between(idleFrom, idleTo), all.Between(start, end), reqs)
+	joined := start.Add(lock.JoinSpread(c.Nodes))
+	r.JoinSeconds = lock.JoinSpread(c.Nodes).Seconds()
+	r.HeartbeatJoin, r.HeartbeatAfterJoin = latencyOf(cp.Heartbeats(start, joined)), latencyOf(cp.Heartbeats(joined, end))
+	r.HeartbeatServerJoin = serverHeartbeatTimes(r.Strategy, all.Between(start, joined.Add(-1)))
+	r.HeartbeatServerAfterJoin = serverHeartbeatTimes(r.Strategy, all.Between(joined, end))
 	_, busiest := reqs.PeakPerSecond()
 	r.LoadIdle, r.LoadRoll = idleLoad, loadAround(samples, start, end)
 	r.LoadBusy = loadAround(samples, busiest, busiest.Add(time.Second))
@@ -616,18 +631,21 @@ func heartbeatRequest(x cluster.Request, strategy string) bool {
 // them: idle, during the roll and in the second the strategy's requests
 // peaked: the Lease updates and Node status patches.
 func serverHeartbeats(r *result, idle, roll, reqs cluster.Requests) {
-	took := func(rs cluster.Requests) latency {
-		var ds []time.Duration
-		for _, x := range rs {
-			if heartbeatRequest(x, r.Strategy) && (x.Verb == "update" || x.Verb == "patch") {
-				ds = append(ds, x.Took)
-			}
-		}
-		return latencyOfDurations(ds)
-	}
 	_, at := reqs.PeakPerSecond()
-	r.HeartbeatServerIdle, r.HeartbeatServerRoll = took(idle), took(roll)
-	r.HeartbeatServerBusy = took(roll.Between(at, at.Add(time.Second-1)))
+	r.HeartbeatServerIdle, r.HeartbeatServerRoll = serverHeartbeatTimes(r.Strategy, idle), serverHeartbeatTimes(r.Strategy, roll)
+	r.HeartbeatServerBusy = serverHeartbeatTimes(r.Strategy, roll.Between(at, at.Add(time.Second-1)))
+}
+
+// serverHeartbeatTimes is the server's time for the heartbeats' writes
+// among rs.
+func serverHeartbeatTimes(strategy string, rs cluster.Requests) latency {
+	var ds []time.Duration
+	for _, x := range rs {
+		if heartbeatRequest(x, strategy) && (x.Verb == "update" || x.Verb == "patch") {
+			ds = append(ds, x.Took)
+		}
+	}
+	return latencyOfDurations(ds)
 }
 
 // handoffs are the times from a release to the next slot taken (as
