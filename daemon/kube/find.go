@@ -192,10 +192,10 @@ func (k Kubeconfig) Rest(userAgent string, clock *ServerClock) (*rest.Config, er
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", k.Path, err)
 	}
-	// Before the certificate's transport, which is built from cfg's
-	// settings as they are then.
+	// Both before the certificate's transport, which is built from
+	// cfg's settings as they are then and dials through the
+	// reconnecting dialer.
 	Tune(cfg)
-	// Before the certificate's transport, which dials through it.
 	newReconnecting().install(cfg)
 	if cert != nil {
 		if err := cert.install(cfg); err != nil {

@@ -33,7 +33,7 @@ import (
 // list over 128 KB. That is CPU on the API server, which the kubelets'
 // heartbeats wait on, and on this host, to save bytes on the cluster's
 // own network: a 500-node roll spent 2.2 CPU seconds of the API server's
-// and 1.5 of the daemons' on it. The control plane's own components turn
+// and 1.7 of the daemons' on it. The control plane's own components turn
 // it off for the same reason (kubernetes/kubernetes#80919, #112296).
 func Tune(cfg *rest.Config) {
 	cfg.QPS, cfg.Burst = 20, 40
