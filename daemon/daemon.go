@@ -25,6 +25,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/daemon/metrics"
+	"github.com/kured-host/kured-host/daemon/printable"
 	"github.com/kured-host/kured-host/daemon/sentinel"
 )
 
@@ -254,9 +255,10 @@ func (d *Daemon) tellManager(state string) {
 }
 
 // setManagerStatus is the one-line state for `systemctl status`. A line break
-// would start another sd_notify assignment: none gets through.
+// would start another sd_notify assignment and a terminal escape would act
+// on the operator's terminal: none gets through (daemon/printable).
 func (d *Daemon) setManagerStatus(s string) {
-	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+	s = printable.String(s)
 	d.mu.Lock()
 	same := s == d.managerStatus
 	d.managerStatus = s

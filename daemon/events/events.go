@@ -1,5 +1,7 @@
 // Package events writes Kubernetes Events about Nodes with the node's own
-// credentials. An event has a name derived from what it reports, so that
+// credentials. A message is made printable (daemon/printable) before it
+// is written: it often quotes text from outside, and kubectl shows it on
+// a terminal. An event has a name derived from what it reports, so that
 // many nodes reporting the same thing (every waiting node sees a stuck
 // holder) make one Event, not one per node.
 package events
@@ -17,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kured-host/kured-host/daemon/printable"
 )
 
 // Component is the source of kured-host's events.
@@ -43,7 +47,7 @@ func (r *Recorder) Once(ctx context.Context, node, eventType, reason, message, k
 		},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, UID: types.UID(node), APIVersion: "v1"},
 		Reason:         reason,
-		Message:        message,
+		Message:        printable.String(message),
 		Type:           eventType,
 		Source:         corev1.EventSource{Component: Component, Host: r.Host},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,

@@ -1,6 +1,9 @@
 // Package logging builds the daemon's slog.Logger: text or JSON, and, when
 // stderr is connected to the systemd journal, each line prefixed with its
 // syslog priority ("<4>") so that `journalctl -p warning` selects by level.
+// Every message and every string or error value is made printable
+// (daemon/printable): a log line often carries text from outside, and
+// journalctl shows it on a terminal.
 package logging
 
 import (
@@ -12,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/kured-host/kured-host/daemon/printable"
 )
 
 // Options choose the log output.
@@ -27,7 +32,7 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(o.Level)); err != nil {
 		return nil, fmt.Errorf("log level %q: %w", o.Level, err)
 	}
-	ho := &slog.HandlerOptions{Level: level}
+	ho := &slog.HandlerOptions{Level: level, ReplaceAttr: printableAttr}
 	if !o.Journal {
 		h, err := handler(w, o.Format, ho)
 		if err != nil {
@@ -40,7 +45,7 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 		if len(groups) == 0 && a.Key == slog.TimeKey {
 			return slog.Attr{}
 		}
-		return a
+		return printableAttr(groups, a)
 	}
 	pw := &prefixWriter{w: w}
 	inner, err := handler(pw, o.Format, ho)
@@ -48,6 +53,24 @@ func New(w io.Writer, o Options) (*slog.Logger, error) {
 		return nil, err
 	}
 	return slog.New(&journalHandler{mu: &sync.Mutex{}, w: pw, inner: inner}), nil
+}
+
+// printableAttr escapes what a terminal would act on in the message and
+// in string and error values. The text handler quotes such values itself,
+// but the JSON handler lets bidirectional controls through, and the
+// message is where text from outside is most often written in.
+func printableAttr(_ []string, a slog.Attr) slog.Attr {
+	switch v := a.Value; {
+	case v.Kind() == slog.KindString:
+		if s := v.String(); printable.String(s) != s {
+			a.Value = slog.StringValue(printable.String(s))
+		}
+	case v.Kind() == slog.KindAny:
+		if err, ok := v.Any().(error); ok && err != nil {
+			a.Value = slog.StringValue(printable.String(err.Error()))
+		}
+	}
+	return a
 }
 
 func handler(w io.Writer, format string, ho *slog.HandlerOptions) (slog.Handler, error) {

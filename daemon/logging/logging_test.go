@@ -2,6 +2,7 @@ package logging
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -62,5 +63,28 @@ func TestLevelAndFormat(t *testing.T) {
 	}
 	if Priority(slog.LevelWarn+1) != "<4>" {
 		t.Error("levels between warn and error are warnings")
+	}
+}
+
+// TestPrintable: text from outside in a message or a value reaches the
+// log escaped, in both formats, so that journalctl on a terminal shows it
+// rather than acting on it.
+func TestPrintable(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		var b bytes.Buffer
+		log, err := New(&b, Options{Format: format, Level: "info"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Info("paused: \x1b[2Jall clear\u202e", "reason", "x\ry", "err", errors.New("bad \u2066label"))
+		out := b.String()
+		for _, bad := range []string{"\x1b", "\r", "\u202e", "\u2066"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("%s: %q reached the log: %s", format, bad, out)
+			}
+		}
+		if !strings.Contains(out, `\x1b[2Jall clear`) || !strings.Contains(out, `\u2066label`) {
+			t.Errorf("%s: the escaped text is not shown: %s", format, out)
+		}
 	}
 }
