@@ -24,6 +24,7 @@ const (
 	ReasonResumed           = "Resumed"
 	ReasonSettingsApplied   = "SettingsApplied"
 	ReasonSettingsInvalid   = "SettingsInvalid"
+	ReasonConfigInvalid     = "ConfigInvalid"
 	ReasonSlotAcquired      = "SlotAcquired"
 	ReasonCordoned          = "Cordoned"
 	ReasonDrained           = "Drained"
@@ -48,7 +49,8 @@ var Reasons = []struct{ Reason, Type, When string }{
 	{ReasonPaused, "Normal", "its turn came, or it was waiting, while the cluster is paused (kured-host pause): it keeps its place in the queue and takes no slot until resumed"},
 	{ReasonResumed, "Normal", "a pause this node waited through has ended (kured-host resume): it goes on from its place in the queue"},
 	{ReasonSettingsApplied, "Normal", "the cluster's settings (kured-host settings apply) changed what this node uses: the message says what, before and after; applied when the node joins the queue"},
-	{ReasonSettingsInvalid, "Warning", "the cluster's settings are not valid: the node keeps what it had; the message names the key and line (once per version of the settings)"},
+	{ReasonSettingsInvalid, "Warning", "the cluster's settings are not valid, or not for this node (a Prometheus URL from the cluster where its own files set credentials): the node keeps what it had; the message names the key and line (once per version of the settings)"},
+	{ReasonConfigInvalid, "Warning", "this node's own configuration files, read again when the cluster's settings changed, are no longer valid: the node keeps the configuration it loaded before; the message names the file, key and line"},
 	{ReasonSlotAcquired, "Normal", "holds a reboot slot; the message says how long it waited"},
 	{ReasonCordoned, "Normal", "cordoned (or found already unschedulable, and left so)"},
 	{ReasonDrained, "Normal", "every pod to evict is gone"},

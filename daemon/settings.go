@@ -6,8 +6,10 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/kured-host/kured-host/daemon/config"
@@ -41,10 +43,11 @@ func (d *Daemon) applySettings(ctx context.Context, log *slog.Logger) {
 	cfg, err := d.Reload(text)
 	if err != nil {
 		d.countError("settings")
-		if text != d.settings.refused {
-			d.settings.refused = text
-			log.Error("the cluster's settings are not valid; keeping the current ones", "err", err)
-			d.event(ctx, log, "Warning", ReasonSettingsInvalid, "The cluster's settings are not valid; keeping the current ones: "+firstLines(err.Error(), 3))
+		// Reported once for each settings text and error: a host file
+		// fixed, or broken again, is told again.
+		if seen := text + "\x00" + err.Error(); seen != d.settings.refused {
+			d.settings.refused = seen
+			d.reportRefused(ctx, log, err)
 		}
 		return
 	}
@@ -59,6 +62,30 @@ func (d *Daemon) applySettings(ctx context.Context, log *slog.Logger) {
 		log.Info("the cluster's settings changed", "now", after, "was", before)
 		d.event(ctx, log, "Normal", ReasonSettingsApplied, "The cluster's settings changed: "+after+" (was: "+before+")")
 	}
+}
+
+// reportRefused tells why the configuration could not be loaded again
+// with the cluster's settings: the settings themselves, or, when no
+// problem is theirs, this host's own files (changed since the daemon
+// started), which the reload reads again.
+func (d *Daemon) reportRefused(ctx context.Context, log *slog.Logger, err error) {
+	if !clusterProblem(err) {
+		log.Error("this host's configuration files are no longer valid; keeping the configuration loaded before", "err", err)
+		d.event(ctx, log, "Warning", ReasonConfigInvalid, "This host's configuration files, read again for the cluster's settings, are not valid; keeping the configuration loaded before: "+firstLines(err.Error(), 3))
+		return
+	}
+	log.Error("the cluster's settings are not valid; keeping the current ones", "err", err)
+	d.event(ctx, log, "Warning", ReasonSettingsInvalid, "The cluster's settings are not valid; keeping the current ones: "+firstLines(err.Error(), 3))
+}
+
+// clusterProblem reports whether err names a problem of the cluster's
+// settings (or is not a configuration error at all).
+func clusterProblem(err error) bool {
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		return true
+	}
+	return slices.ContainsFunc(ce.Problems, func(p config.Problem) bool { return p.File == config.ClusterSource })
 }
 
 // settingsText is what the cluster's settings may change, in words.

@@ -69,6 +69,9 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	show(doctor.Finding{Level: doctor.OK, Check: "config", Message: "valid: " + strings.Join(l.Files, ", ")})
+	for _, w := range l.Config.Warnings() {
+		show(doctor.Finding{Level: doctor.Warn, Check: "config", Message: w})
+	}
 	doctor.Run(ctx, doctor.Options{
 		Config: l.Config, Root: host.Root(*root), Kubeconfig: *kubeconfig, BusAddress: *bus,
 		UserAgent: "kured-host/" + version.Version + " (check)", Timeout: 10 * time.Second, UID: os.Geteuid(),
@@ -94,10 +97,16 @@ func checkStatus(findings []doctor.Finding) error {
 // printConfig is check --config-only: the effective configuration.
 func printConfig(l *config.Loaded, quiet bool, stdout, stderr io.Writer) error {
 	if quiet {
+		for _, w := range l.Config.Warnings() {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
 		return nil
 	}
 	if err := l.Render(stdout); err != nil {
 		return err
+	}
+	for _, w := range l.Config.Warnings() {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	fmt.Fprintf(stderr, "configuration OK (%s)\n", strings.Join(l.Files, ", "))
 	return nil

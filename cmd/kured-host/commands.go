@@ -158,6 +158,9 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	log.Info("starting", "version", version.Version, "config", strings.Join(l.Files, ","))
+	for _, w := range l.Config.Warnings() {
+		log.Warn("configuration: " + w)
+	}
 	d, err := daemon.Assemble(ctx, daemon.Setup{
 		Config: l.Config, Root: host.Root(*root), Log: log, Manager: host.Systemd{},
 		Reload: func(cluster string) (config.Config, error) {

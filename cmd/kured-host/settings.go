@@ -7,15 +7,19 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/printable"
+	"github.com/kured-host/kured-host/daemon/redact"
 	"github.com/kured-host/kured-host/daemon/steer"
 )
 
 const settingsAbout = `Shows the cluster's settings: the lock's limits (lock.concurrency,
 lock.groups), the maintenance window and the blockers that every node
-uses unless its own files set them. They are TOML in the schema of
+uses unless its own files set them (never credentials, files or
+commands: docs/configuration.md lists the keys). They are TOML in the schema of
 config.toml, in the key config.toml of the ConfigMap kube-system/kured-host.
 Each value is shown with where it comes from: the settings (and their
 line) or the built-in default. On a node, a key its files set wins:
@@ -59,7 +63,7 @@ func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	l, err := config.CheckCluster(text)
 	if err != nil {
-		fmt.Fprintf(stdout, "# the cluster's settings, as stored:\n%s\n", text)
+		fmt.Fprintf(stdout, "# the cluster's settings, as stored (credentials, URLs and control characters hidden):\n%s\n", shownSettings(text))
 		return fmt.Errorf("the cluster's settings are not valid; the nodes keep what they had:\n%w", err)
 	}
 	var b bytes.Buffer
@@ -71,24 +75,34 @@ func runSettings(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 // writeClusterPart keeps, of a rendered configuration, what the cluster's
-// settings may set: lock.concurrency, lock.groups, the window, the blockers.
+// settings may set (config.ClusterKeys) and the tables that hold it.
 func writeClusterPart(w io.Writer, rendered []byte) error {
 	var out bytes.Buffer
-	table := ""
+	table, header := "", ""
 	sc := bufio.NewScanner(bytes.NewReader(rendered))
 	for sc.Scan() {
 		line := sc.Text()
 		trimmed := strings.TrimSpace(line)
-		if strings.HasPrefix(trimmed, "[") {
-			table = strings.Trim(trimmed, "[]")
+		switch {
+		case strings.HasPrefix(trimmed, "["):
+			table, header = strings.Trim(trimmed, "[]"), line
+			if strings.HasPrefix(trimmed, "[[") && config.IsClusterKey(table) {
+				out.WriteString(line + "\n")
+				header = ""
+			}
+			continue
+		case trimmed == "" || strings.HasPrefix(trimmed, "#"):
+			continue
 		}
-		keep := table == "window" || table == "lock.groups" || strings.HasPrefix(table, "blockers")
-		if table == "lock" {
-			keep = strings.HasPrefix(trimmed, "[lock]") || strings.HasPrefix(trimmed, "concurrency =")
+		key, _, _ := strings.Cut(trimmed, " ")
+		if !config.IsClusterKey(table+"."+key) && !config.IsClusterKey(table) {
+			continue
 		}
-		if keep {
-			out.WriteString(line + "\n")
+		if header != "" {
+			out.WriteString(header + "\n")
+			header = ""
 		}
+		out.WriteString(line + "\n")
 	}
 	if err := sc.Err(); err != nil {
 		return err
@@ -97,8 +111,25 @@ func writeClusterPart(w io.Writer, rendered []byte) error {
 	return err
 }
 
+// secretLine matches a TOML line whose key may hold a secret, however it
+// is spelt in settings that are not valid.
+var secretLine = regexp.MustCompile(`(?i)^(\s*"?[a-z0-9_.-]*(pass|token|secret|user|key|auth|cred)[a-z0-9_.-]*"?\s*=\s*).*$`)
+
+// shownSettings is stored settings text as it may be shown: the value of
+// any key that may be a secret hidden, URLs redacted (daemon/redact), and
+// what a terminal would act on escaped. Settings that are not valid may
+// hold anything a writer put there.
+func shownSettings(text string) string {
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	for i, line := range lines {
+		line = secretLine.ReplaceAllString(line, "${1}"+`"`+redact.Mark+`"`)
+		lines[i] = printable.String(redact.Text(line))
+	}
+	return strings.Join(lines, "\n")
+}
+
 func runSettingsApply(ctx context.Context, args []string, stdout io.Writer) error {
-	f := newFlags("settings apply", "-f FILE [--kubeconfig FILE]", "Validates FILE as the cluster's settings (the schema of config.toml,\nonly lock.concurrency, lock.groups, window and blockers), then writes it\nto the key config.toml of the ConfigMap kube-system/kured-host.\n\n"+ordersAbout)
+	f := newFlags("settings apply", "-f FILE [--kubeconfig FILE]", "Validates FILE as the cluster's settings (the schema of config.toml,\nonly lock.concurrency, lock.groups, window and blockers, without\ncredentials or files: docs/configuration.md lists the keys), then writes it\nto the key config.toml of the ConfigMap kube-system/kured-host.\n\n"+ordersAbout)
 	file := f.String("f", "", "the settings `file` (TOML); - reads standard input")
 	kubeconfig := kubeconfigFlag(f)
 	if done, err := f.parse(args, stdout); done {
@@ -117,7 +148,8 @@ func runSettingsApply(ctx context.Context, args []string, stdout io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("settings apply: %w", err)
 	}
-	if _, err := config.CheckCluster(string(data)); err != nil {
+	l, err := config.CheckCluster(string(data))
+	if err != nil {
 		// A *config.Error: exit status 2; its lines are the file's.
 		return fmt.Errorf("%s, as the cluster's settings: %w", *file, err)
 	}
@@ -127,6 +159,9 @@ func runSettingsApply(ctx context.Context, args []string, stdout io.Writer) erro
 	}
 	if err := steer.SetSettings(ctx, c, string(data)); err != nil {
 		return err
+	}
+	if _, ok := l.Origins["blockers.prometheus.url"]; ok {
+		fmt.Fprintf(stdout, "note: a node whose own files set Prometheus credentials refuses a URL from the cluster's settings (SettingsInvalid): its credentials go only to a URL from its own files\n")
 	}
 	_, err = fmt.Fprintf(stdout, "applied: the nodes take the settings when they next need a reboot, before they join the queue (kured-host settings shows them)\n")
 	return err

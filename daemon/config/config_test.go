@@ -422,3 +422,37 @@ func TestMissingFile(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestWarnings: credentials over http:// are valid but warned about.
+func TestWarnings(t *testing.T) {
+	tests := []struct {
+		name, file string
+		want       string // "" for no warning
+	}{
+		{"https with a password", "url = \"https://prom/\"\nusername = \"u\"\npassword_file = \"SECRET\"\n", ""},
+		{"http without credentials", "url = \"http://prom/\"\n", ""},
+		{"http with a password file", "url = \"http://prom/\"\nusername = \"u\"\npassword_file = \"SECRET\"\n",
+			"blockers.prometheus.url http://prom/ is http://: the password of blockers.prometheus.password_file cross the network in the clear"},
+		{"http with a token", "url = \"http://prom/\"\nbearer_token_file = \"SECRET\"\n", "the token of blockers.prometheus.bearer_token_file"},
+		{"http with a password in the URL", "url = \"http://u:secret@prom/\"\n", "http://…@prom/ is http://: the user name and password in the URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			secret := filepath.Join(t.TempDir(), "secret")
+			if err := os.WriteFile(secret, []byte("s3cr3t\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			l, err := CheckDropIn("test.toml", "[blockers.prometheus]\n"+strings.ReplaceAll(tt.file, "SECRET", secret))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(l.Config.Warnings(), "\n")
+			if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
+				t.Errorf("warnings %q, want %q", got, tt.want)
+			}
+			if strings.Contains(got, "secret") {
+				t.Errorf("the warning shows the password: %q", got)
+			}
+		})
+	}
+}

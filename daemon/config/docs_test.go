@@ -20,6 +20,7 @@ func TestDocs(t *testing.T) {
 	err = docgen.Check("../../docs/configuration.md", map[string]string{
 		"config.toml.example":    "```toml\n" + string(example) + "```\n",
 		"daemon/config/kured.go": kuredTable(),
+		"daemon/config/load.go":  clusterTable(),
 	}, golden.Update(), "go test ./daemon/config -update")
 	if err != nil {
 		t.Error(err)
@@ -35,6 +36,15 @@ func kuredTable() string {
 			key = "`" + o.Key + "`"
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", o.Flag, key, strings.ReplaceAll(o.Note, "|", `\|`))
+	}
+	return b.String()
+}
+
+func clusterTable() string {
+	var b strings.Builder
+	b.WriteString("| key the cluster may set | why |\n|---|---|\n")
+	for _, k := range ClusterKeys {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", k.Key, strings.ReplaceAll(k.Why, "|", `\|`))
 	}
 	return b.String()
 }

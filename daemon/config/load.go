@@ -41,19 +41,93 @@ func Load(path string, t Trust) (*Loaded, error) {
 // and origins name it ("file:line" for a host's file).
 const ClusterSource = "ConfigMap kube-system/kured-host, config.toml"
 
-// ClusterKeys are what the cluster's settings may set: the lock's limits,
-// the maintenance window and the blockers. The rest is about one host
-// (its sentinel, its reboot, its drain, its credentials, the lock's
-// timings) and stays in its files.
-var ClusterKeys = []string{"lock.concurrency", "lock.groups", "window", "blockers"}
+// ClusterKey is a key the cluster's settings may set, and why a host
+// may take it from whoever can write the ConfigMap: none carries a secret
+// or names a file on the host, and none says where a host's secret goes.
+type ClusterKey struct{ Key, Why string }
+
+// ClusterKeys are the keys the cluster's settings may set, an allow-list
+// of leaves (an array's elements come with it). Everything else is about
+// one host (its sentinel, its reboot, its drain, its credentials and
+// files, the lock's timings) and stays in its files. docs/configuration.md
+// lists them from here.
+var ClusterKeys = []ClusterKey{
+	{"lock.concurrency", "a limit: the strictest any node publishes binds every node"},
+	{"lock.groups", "limits per group of nodes (label and max), as lock.concurrency"},
+	{"window.days", "when reboots may start: the same for every node"},
+	{"window.start", "as window.days"},
+	{"window.end", "as window.days"},
+	{"window.time_zone", "as window.days"},
+	{"blockers.pod_selectors", "which pods on a node hold its reboot back"},
+	{"blockers.inhibitors", "whether logind's inhibitors hold a reboot back"},
+	{"blockers.prometheus.url", "the Prometheus asked for alerts, with no credentials in it, " +
+		"and only on a node whose own files set no credentials for it (a host's credentials go only to a URL from its own files)"},
+	{"blockers.prometheus.alert_filter_regexp", "which alerts count"},
+	{"blockers.prometheus.alert_filter_match_only", "which alerts count"},
+	{"blockers.prometheus.alert_firing_only", "which alerts count"},
+	{"blockers.prometheus.timeout", "how long to wait for Prometheus"},
+}
+
+// prometheusCredentials are the keys whose values a request to the
+// Prometheus URL carries (the password and token files' contents): they
+// and the URL must come from the same layer, a host's files.
+var prometheusCredentials = []string{
+	"blockers.prometheus.username", "blockers.prometheus.password_file", "blockers.prometheus.bearer_token_file",
+}
+
+// IsClusterKey reports whether the cluster's settings may set key (a
+// dotted path; an array's elements as "key[i]").
+func IsClusterKey(key string) bool { return clusterKey(key) }
 
 func clusterKey(key string) bool {
+	if key == "version" {
+		return true
+	}
 	for _, k := range ClusterKeys {
-		if key == k || strings.HasPrefix(key, k+".") || strings.HasPrefix(key, k+"[") {
+		if key == k.Key || strings.HasPrefix(key, k.Key+"[") {
 			return true
 		}
 	}
-	return key == "version" || key == "lock" // the table that holds the limits
+	return false
+}
+
+// hostOnlyWhy says why a key is not among ClusterKeys, for the error.
+func hostOnlyWhy(key string) string {
+	switch {
+	case slices.Contains(prometheusCredentials, key):
+		return "a credential: the cluster's settings never make a host read or send its secrets"
+	case strings.HasSuffix(key, "_file") || key == "kubernetes.kubeconfig":
+		return "it names a file on the host"
+	case strings.HasSuffix(key, ".command") || strings.Contains(key, ".command["):
+		return "a command run as root"
+	case key == "notify.urls" || strings.HasPrefix(key, "notify.urls["):
+		return "where a host's messages go, with their credentials"
+	}
+	return "it is about one host"
+}
+
+// ClusterKeyList names the keys the cluster's settings may set, for
+// messages, by table: "lock.concurrency, lock.groups, window (days,
+// start, …), …".
+func ClusterKeyList() string {
+	var top, tables []string
+	leaves := map[string][]string{}
+	for _, k := range ClusterKeys {
+		i := strings.LastIndexByte(k.Key, '.')
+		table, leaf := k.Key[:i], k.Key[i+1:]
+		if table == "lock" {
+			top = append(top, k.Key)
+			continue
+		}
+		if _, ok := leaves[table]; !ok {
+			tables = append(tables, table)
+		}
+		leaves[table] = append(leaves[table], leaf)
+	}
+	for _, t := range tables {
+		top = append(top, t+" ("+strings.Join(leaves[t], ", ")+")")
+	}
+	return strings.Join(top, ", ")
 }
 
 // LoadWithCluster is Load with the cluster's settings (TOML, the same
@@ -145,6 +219,7 @@ func loadOver(base Config, paths []string, read func(string) ([]byte, error), ps
 	}
 	l.Config.validate(report)
 	l.Config.checkFiles(report)
+	l.checkLayers(report)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
@@ -174,6 +249,41 @@ func (c *Config) checkFiles(report reportFunc) {
 	}
 }
 
+// checkLayers applies the rule that a Prometheus URL from the cluster's
+// settings carries no secret and is never sent a host's credentials: the
+// URL and its credentials come from the same layer. Whoever can write the
+// ConfigMap could otherwise make every node send, as root, the content
+// of a file such as a join token to a server of their choosing; and a
+// host that keeps its own credentials but took the URL from the cluster
+// would send them to the cluster's URL.
+func (l *Loaded) checkLayers(report reportFunc) {
+	const key = "blockers.prometheus.url"
+	o, ok := l.Origins[key]
+	u := l.Config.Blockers.Prometheus.URL.URL()
+	if !ok || o.File != ClusterSource || u == nil {
+		return
+	}
+	if u.User != nil {
+		report(key, "holds a user name or password: the cluster's settings carry no secret (every node reads them); "+
+			"set the URL with its credentials (username and password_file, or bearer_token_file) in each host's files")
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		report(key, "has a query, where some proxies take a token: the cluster's settings carry no secret; "+
+			"set a URL with a query in each host's files")
+	}
+	c := l.Config.Blockers.Prometheus
+	for _, k := range prometheusCredentials {
+		set := map[string]string{
+			"blockers.prometheus.username": c.Username, "blockers.prometheus.password_file": c.PasswordFile,
+			"blockers.prometheus.bearer_token_file": c.BearerTokenFile,
+		}[k]
+		if from, ok := l.Origins[k]; ok && set != "" && from.File != ClusterSource {
+			report(key, "comes from the cluster's settings, but %s sets %s: a host sends its credentials only to a URL "+
+				"from its own files; set blockers.prometheus.url in this host's files too, or take the credentials out of them", from, k)
+		}
+	}
+}
+
 // decodeCluster decodes the cluster's settings like a file, then reports
 // each key outside ClusterKeys. "version" may be given, as in a file.
 func decodeCluster(data []byte, cfg *Config, origins map[string]Origin, ps *problems) {
@@ -181,7 +291,8 @@ func decodeCluster(data []byte, cfg *Config, origins map[string]Origin, ps *prob
 	decodeFile(ClusterSource, data, cfg, mine, ps)
 	for _, key := range slices.Sorted(maps.Keys(mine)) {
 		if !clusterKey(key) {
-			ps.add(mine[key], key, "not a cluster setting: the cluster's settings may set only %s; set %s in each host's files", strings.Join(ClusterKeys, ", "), key)
+			ps.add(mine[key], key, "not a cluster setting (%s): the cluster's settings may set only %s; set %s in each host's files",
+				hostOnlyWhy(key), ClusterKeyList(), key)
 			continue
 		}
 		origins[key] = mine[key]

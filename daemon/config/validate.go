@@ -290,3 +290,28 @@ func atLeast(report reportFunc, key string, d Duration, floor time.Duration) {
 		report(key, "must be at least %s, got %s", Duration(floor), d)
 	}
 }
+
+// Warnings lists what a valid configuration does that deserves a look:
+// credentials sent where anyone on the path can read them. The daemon
+// logs them when it starts; check prints them.
+func (c *Config) Warnings() []string {
+	var out []string
+	p := c.Blockers.Prometheus
+	if u := p.URL.URL(); u != nil && u.Scheme == "http" {
+		var creds []string
+		if u.User != nil {
+			creds = append(creds, "the user name and password in the URL")
+		}
+		if p.PasswordFile != "" {
+			creds = append(creds, "the password of blockers.prometheus.password_file")
+		}
+		if p.BearerTokenFile != "" {
+			creds = append(creds, "the token of blockers.prometheus.bearer_token_file")
+		}
+		if len(creds) > 0 {
+			out = append(out, fmt.Sprintf("blockers.prometheus.url %s is http://: %s cross the network in the clear at every request; use https://",
+				p.URL, strings.Join(creds, " and ")))
+		}
+	}
+	return out
+}
