@@ -81,9 +81,9 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 		return nil, err
 	}
 	if addr := cfg.Metrics.Address; addr != "" {
-		if err := d.Metrics.Serve(ctx, addr, log); err != nil {
-			return nil, err
-		}
+		// Never an error: while the address cannot be listened on, Serve
+		// logs, counts and tries again, and the cycle goes on without it.
+		go d.Metrics.Serve(ctx, addr, log)
 	}
 	return d, nil
 }

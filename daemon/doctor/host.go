@@ -128,7 +128,7 @@ func metricsListen(ctx context.Context, addr string, client *http.Client) Findin
 	if servedByKuredHost(ctx, client, addr) {
 		return finding(OK, check, "metrics.address %s is in use by a running kured-host (it serves kured_host_* metrics there)", addr)
 	}
-	return finding(Fail, check, "metrics.address %s is in use by another program: the daemon would not start; choose another port", addr)
+	return finding(Fail, check, "metrics.address %s is in use by another program: the daemon would run without metrics, trying again every few minutes; stop that program or choose another port", addr)
 }
 
 // AllInterfaces reports whether a listen address binds every interface

@@ -48,9 +48,9 @@ var BlockerKinds = []string{"window", "pods", "alerts", "inhibitors"}
 // ErrorKinds are the values of Errors' kind label: the sentinel could not
 // be read, a step of the cycle failed and is retried (usually the API
 // server), a drain or reboot failed, the node was not healthy in time
-// after the reboot, or a node mark, notification or Event could not be
-// written.
-var ErrorKinds = []string{"sentinel", "step", "drain", "reboot", "health", "marks", "notify", "event"}
+// after the reboot, a node mark, notification or Event could not be
+// written, or the metrics could not be served (Serve tries again).
+var ErrorKinds = []string{"sentinel", "step", "drain", "reboot", "health", "marks", "notify", "event", "metrics"}
 
 // New creates the metrics on a new registry.
 func New() *Metrics {
