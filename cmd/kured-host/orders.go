@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kured-host/kured-host/daemon/kube"
+	"github.com/kured-host/kured-host/daemon/printable"
 	"github.com/kured-host/kured-host/daemon/steer"
 	"github.com/kured-host/kured-host/daemon/version"
 )
@@ -38,7 +39,9 @@ the ConfigMap kube-system/kured-host), as this does:
   kubectl -n kube-system patch configmap kured-host --type merge \
     -p '{"data":{"paused":null,"paused-by":null,"paused-since":null}}'
 
-Nodes see it at their next look, within a minute.
+Nodes see it at their next look, within a minute. It lifts the pause it
+read and no other: if another pause was set between its read and its
+write, that one stays, and it says which (run it again to lift that one).
 
 ` + ordersAbout
 
@@ -58,6 +61,10 @@ const unholdAbout = `Lifts the hold of nodes, as this does:
   kubectl label nodes NODE kured-host.dev/hold-
   kubectl annotate nodes NODE kured-host.dev/hold-reason- kured-host.dev/hold-by- kured-host.dev/hold-since-
 
+It lifts the hold it read and no other: if the node was held again
+between its read and its write, that hold stays, and it says which (run
+it again to lift that one).
+
 ` + ordersAbout
 
 func runPause(ctx context.Context, args []string, stdout, _ io.Writer) error {
@@ -76,9 +83,9 @@ func runPause(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	o := steer.Order{Reason: *reason, By: who, Since: time.Now()}
 	if err := steer.Pause(ctx, c, o); err != nil {
-		return err
+		return escaped{err}
 	}
-	_, err = fmt.Fprintf(stdout, "paused: %s\nno node takes a new reboot slot; nodes draining or rebooting finish (kured-host status shows them)\n", o)
+	_, err = fmt.Fprintf(stdout, "paused: %s\nno node takes a new reboot slot; nodes draining or rebooting finish (kured-host status shows them)\n", printable.String(o.String()))
 	return err
 }
 
@@ -94,13 +101,13 @@ func runResume(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	was, paused, err := steer.Resume(ctx, c)
 	if err != nil {
-		return err
+		return escaped{err}
 	}
 	if !paused {
 		_, err = fmt.Fprintln(stdout, "the cluster was not paused")
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "resumed (was paused %s); the queue goes on in its order within a minute\n", was)
+	_, err = fmt.Fprintf(stdout, "resumed (was paused %s); the queue goes on in its order within a minute\n", printable.String(was.String()))
 	return err
 }
 
@@ -122,9 +129,9 @@ func runHold(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	o := steer.Order{Reason: *reason, By: who, Since: time.Now()}
 	for _, n := range nodes {
 		if err := steer.Hold(ctx, c, n, o); err != nil {
-			return err
+			return escaped{err}
 		}
-		if _, err := fmt.Fprintf(stdout, "held %s: %s\n", n, o); err != nil {
+		if _, err := fmt.Fprintf(stdout, "held %s: %s\n", printable.String(n), printable.String(o.String())); err != nil {
 			return err
 		}
 	}
@@ -145,11 +152,11 @@ func runUnhold(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	for _, n := range nodes {
 		held, err := steer.Unhold(ctx, c, n)
 		if err != nil {
-			return err
+			return escaped{err}
 		}
-		msg := "unheld " + n
+		msg := "unheld " + printable.String(n)
 		if !held {
-			msg = n + " was not held"
+			msg = printable.String(n) + " was not held"
 		}
 		if _, err := fmt.Fprintln(stdout, msg); err != nil {
 			return err
@@ -157,6 +164,14 @@ func runUnhold(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	return nil
 }
+
+// escaped is an error whose text comes from the cluster (an API server's
+// message, an order another operator wrote): shown escaped, with its
+// chain kept for the exit status.
+type escaped struct{ err error }
+
+func (e escaped) Error() string { return printable.Lines(e.err.Error()) }
+func (e escaped) Unwrap() error { return e.err }
 
 func kubeconfigFlag(f *flags) *string {
 	return f.String("kubeconfig", "", "an admin's kubeconfig `file` (default: $KUBECONFIG, else ~/.kube/config)")

@@ -78,28 +78,6 @@ func patchData(ctx context.Context, c kubernetes.Interface, data map[string]any)
 	return err
 }
 
-// Resume lifts the pause and returns the pause it lifted, if any. The
-// ConfigMap stays, with its other keys.
-func Resume(ctx context.Context, c kubernetes.Interface) (Order, bool, error) {
-	cms := c.CoreV1().ConfigMaps(Namespace)
-	cm, err := cms.Get(ctx, Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return Order{}, false, nil
-	case err != nil:
-		return Order{}, false, fmt.Errorf("resume: read the ConfigMap %s/%s: %w", Namespace, Name, err)
-	}
-	was, paused := PauseOf(cm.Data)
-	if _, present := cm.Data[KeyPaused]; !present {
-		return was, paused, nil
-	}
-	patch := []byte(`{"data":{"` + KeyPaused + `":null,"` + KeyPausedBy + `":null,"` + KeyPausedSince + `":null}}`)
-	if _, err := cms.Patch(ctx, Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return Order{}, false, fmt.Errorf("resume: write the ConfigMap %s/%s: %w", Namespace, Name, err)
-	}
-	return was, paused, nil
-}
-
 // Hold holds node: the label, and the reason, who and since when in
 // annotations (a label's value cannot hold a sentence).
 func Hold(ctx context.Context, c kubernetes.Interface, node string, o Order) error {
@@ -114,18 +92,4 @@ func Hold(ctx context.Context, c kubernetes.Interface, node string, o Order) err
 		return fmt.Errorf("hold node %s: %w", node, err)
 	}
 	return nil
-}
-
-// Unhold lifts node's hold and reports whether it was held.
-func Unhold(ctx context.Context, c kubernetes.Interface, node string) (bool, error) {
-	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return false, fmt.Errorf("unhold node %s: %w", node, err)
-	}
-	_, held := HoldOf(n)
-	patch := []byte(`{"metadata":{"labels":{"` + HoldLabel + `":null},"annotations":{"` + HoldReason + `":null,"` + HoldBy + `":null,"` + HoldSince + `":null}}}`)
-	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return false, fmt.Errorf("unhold node %s: %w", node, err)
-	}
-	return held, nil
 }
