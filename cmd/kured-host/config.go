@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/kured-host/kured-host/daemon/config/fromkured"
+	"github.com/kured-host/kured-host/daemon/printable"
 )
 
 // stdin is what `config from-kured` reads kured's DaemonSet from; tests
@@ -77,11 +78,14 @@ func runFromKured(_ context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	res, err := fromkured.Convert(src)
+	if errors.Is(err, fromkured.ErrUnprintable) {
+		return &usageError{"config from-kured: " + err.Error()}
+	}
 	if err != nil {
 		return fmt.Errorf("config from-kured: %w", err)
 	}
 	for _, w := range res.Warnings {
-		fmt.Fprintf(stderr, "warning: %s\n", w)
+		fmt.Fprintf(stderr, "warning: %s\n", printable.String(w))
 	}
 	if *out == "" {
 		if _, err := stdout.Write(res.DropIn); err != nil {
@@ -135,7 +139,7 @@ func kuredSource(f *flags, in string, kuredArgs []string, dashed bool) (fromkure
 			"(kubectl -n kube-system get ds kured -o yaml | kured-host config from-kured), or give kured's flags after --"}
 	}
 	src, err := fromkured.ReadDaemonSet(r)
-	if errors.Is(err, fromkured.ErrInput) {
+	if errors.Is(err, fromkured.ErrInput) || errors.Is(err, fromkured.ErrUnprintable) {
 		return src, &usageError{"config from-kured: " + err.Error()}
 	}
 	return src, err

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kured-host/kured-host/daemon/printable"
+	"github.com/kured-host/kured-host/daemon/redact"
 )
 
 // kind is how kured's flag library (spf13/pflag) reads a flag's value.
@@ -55,6 +58,9 @@ type cmdline struct {
 	extra   []string          // arguments that are not flags: kured ignores them
 	// warnings about what kured ignores, for the operator's terminal.
 	warnings []string
+	// err is the first value that holds a character that does not
+	// print (an UnprintableError): the conversion stops there.
+	err error
 }
 
 func newCmdline() *cmdline {
@@ -74,34 +80,52 @@ func newCmdline() *cmdline {
 // dash as well ("-flag"): other tools' flag packages take it, and what it
 // meant is plain.
 func (cl *cmdline) parseArgs(args []string, ex *expander) {
-	for i := 0; i < len(args); i++ {
+	for i := 0; i < len(args) && cl.err == nil; i++ {
 		a := args[i]
+		where := fmt.Sprintf("kured's argument %d", i+1)
 		if a == "--" {
+			for j, e := range args[i+1:] {
+				if cl.check(fmt.Sprintf("kured's argument %d", i+2+j), e, redact.Text(e), "") {
+					return
+				}
+			}
 			cl.extra = append(cl.extra, args[i+1:]...)
 			return
 		}
 		if len(a) < 2 || a[0] != '-' {
+			if cl.check(where, a, redact.Text(a), "") {
+				return
+			}
 			cl.extra = append(cl.extra, a)
 			continue
 		}
 		name, raw, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		flag := "--" + name
 		d, known := flagTable[flag]
+		if cl.check(where, a, showArg(flag, known, a), d.spacing()) {
+			return
+		}
+		next := func() bool {
+			i++
+			raw, hasValue = args[i], true
+			shown := strings.TrimPrefix(showArg(flag, known, flag+"="+raw), flag+"=")
+			return cl.check(fmt.Sprintf("kured's argument %d, the value of %s", i+1, flag), raw, shown, d.spacing())
+		}
 		switch {
 		case hasValue:
 		case !known:
 			// pflag would refuse it, so there is no telling whether it took
 			// a value: a next word that is not a flag is read as its value.
-			if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
-				raw, hasValue = args[i+1], true
-				i++
+			if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") && next() {
+				return
 			}
 		case d.kind == kBool:
 			raw = "true"
 		case i+1 < len(args):
 			// pflag takes the next word whatever it is ("--drain-grace-period -1").
-			raw, hasValue = args[i+1], true
-			i++
+			if next() {
+				return
+			}
 		default:
 			v := cl.values[flag]
 			v.given, v.err = true, fmt.Errorf("flag needs an argument")
@@ -114,6 +138,10 @@ func (cl *cmdline) parseArgs(args []string, ex *expander) {
 		}
 		v := cl.values[flag]
 		expanded, unread := ex.expand(raw)
+		if use := showUse(flag, expanded, hasValue); expanded != raw &&
+			cl.check(where+" once its $(NAME) references are expanded", use, hideSecret(flag, use), d.spacing()) {
+			return
+		}
 		if unread != "" {
 			v.given, v.unread = true, unread
 			v.shown = append(v.shown, hideSecret(flag, showUse(flag, raw, hasValue)))
@@ -148,6 +176,9 @@ func (cl *cmdline) parseEnv(env []corev1.EnvVar, ex *expander) {
 			continue
 		}
 		flag, known := byEnv[e.Name]
+		if cl.checkEnv(e, flag, ex) {
+			return
+		}
 		if !known {
 			cl.unknown = append(cl.unknown, e.Name)
 			continue
@@ -174,6 +205,45 @@ func (cl *cmdline) parseEnv(env []corev1.EnvVar, ex *expander) {
 			cl.set(v, d, expanded, shown, true)
 		}
 	}
+}
+
+// check records an UnprintableError for value, if it holds a character
+// that does not print (besides those in allowed), and says whether it did.
+func (cl *cmdline) check(where, value, shown, allowed string) bool {
+	if cl.err == nil {
+		cl.err = checkText(where, value, shown, allowed)
+	}
+	return cl.err != nil
+}
+
+// checkEnv checks a KURED_ variable: its name, its value and the value
+// once expanded.
+func (cl *cmdline) checkEnv(e corev1.EnvVar, flag string, ex *expander) bool {
+	where := "variable " + printable.String(e.Name)
+	allowed := flagTable[flag].spacing()
+	if cl.check("the name of a variable", e.Name, e.Name, "") {
+		return true
+	}
+	if e.ValueFrom != nil {
+		return false // not read: see parseEnv
+	}
+	use := e.Name + "=" + e.Value
+	if cl.check(where, use, showArg(flag, flag != "", use), allowed) {
+		return true
+	}
+	expanded, _ := ex.expand(e.Value)
+	use = e.Name + "=" + expanded
+	return expanded != e.Value && cl.check(where+" once its $(NAME) references are expanded", use, showArg(flag, flag != "", use), allowed)
+}
+
+// showArg is an argument as an error shows it: a secret flag's value
+// hidden; a flag kured does not have may be a misspelt secret one, so
+// any URL in it is hidden.
+func showArg(flag string, known bool, arg string) string {
+	if !known {
+		return redact.Text(arg)
+	}
+	return hideSecret(flag, arg)
 }
 
 // set gives flag v the value raw, as pflag's Set would.

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/kured-host/kured-host/daemon/printable"
 )
 
 // maxInput bounds what is read: a DaemonSet is a few kilobytes, and
@@ -41,7 +44,7 @@ func ReadDaemonSet(r io.Reader) (Source, error) {
 			break
 		}
 		if err != nil {
-			return Source{}, fmt.Errorf("%w: neither YAML nor JSON: %v", ErrInput, err)
+			return Source{}, fmt.Errorf("%w: neither YAML nor JSON: %s", ErrInput, printable.String(err.Error()))
 		}
 		if err := collect(doc, &found, &others); err != nil {
 			return Source{}, err
@@ -71,13 +74,13 @@ func collect(doc json.RawMessage, found *[]appsv1.DaemonSet, others *[]string) e
 	}
 	var o object
 	if err := json.Unmarshal(doc, &o); err != nil {
-		return fmt.Errorf("%w: not a Kubernetes object: %v", ErrInput, err)
+		return fmt.Errorf("%w: not a Kubernetes object: %s", ErrInput, printable.String(err.Error()))
 	}
 	switch {
 	case o.Kind == "DaemonSet":
 		var ds appsv1.DaemonSet
 		if err := json.Unmarshal(doc, &ds); err != nil {
-			return fmt.Errorf("%w: DaemonSet %s: %v", ErrInput, o.Metadata.Name, err)
+			return fmt.Errorf("%w: DaemonSet %s: %s", ErrInput, printable.String(o.Metadata.Name), printable.String(err.Error()))
 		}
 		*found = append(*found, ds)
 	case strings.HasSuffix(o.Kind, "List"):
@@ -89,7 +92,7 @@ func collect(doc json.RawMessage, found *[]appsv1.DaemonSet, others *[]string) e
 	case o.Kind == "":
 		*others = append(*others, "an object with no kind")
 	default:
-		*others = append(*others, strings.TrimSpace(o.Kind+" "+o.Metadata.Name))
+		*others = append(*others, printable.String(strings.TrimSpace(o.Kind+" "+o.Metadata.Name)))
 	}
 	return nil
 }
@@ -109,7 +112,7 @@ func pick(found []appsv1.DaemonSet, others []string) (appsv1.DaemonSet, error) {
 		if ds.Name == "kured" {
 			return ds, nil
 		}
-		names = append(names, ds.Namespace+"/"+ds.Name)
+		names = append(names, printable.String(ds.Namespace+"/"+ds.Name))
 	}
 	return appsv1.DaemonSet{}, fmt.Errorf("%w: the input holds several DaemonSets (%s) and none is named kured: give kured's alone", ErrInput, strings.Join(names, ", "))
 }
@@ -122,8 +125,11 @@ func fromDaemonSet(ds appsv1.DaemonSet) (Source, error) {
 		name = fmt.Sprintf("DaemonSet %s/%s", ds.Namespace, ds.Name)
 	}
 	pod := ds.Spec.Template.Spec
-	c, err := kuredContainer(name, pod.Containers)
+	c, err := kuredContainer(printable.String(name), pod.Containers)
 	if err != nil {
+		return Source{}, err
+	}
+	if err := checkDaemonSet(ds, c); err != nil {
 		return Source{}, err
 	}
 	src := Source{
@@ -170,7 +176,7 @@ func kuredContainer(ds string, cs []corev1.Container) (corev1.Container, error) 
 		if c.Name == "kured" {
 			return c, nil
 		}
-		names = append(names, c.Name)
+		names = append(names, printable.String(c.Name))
 	}
 	switch len(cs) {
 	case 0:
@@ -179,4 +185,42 @@ func kuredContainer(ds string, cs []corev1.Container) (corev1.Container, error) 
 		return cs[0], nil
 	}
 	return corev1.Container{}, fmt.Errorf("%w: %s has no container named kured among %s", ErrInput, ds, strings.Join(names, ", "))
+}
+
+// checkDaemonSet refuses a field of the DaemonSet that the drop-in or the
+// terminal would show and that holds a character that does not print
+// (ErrUnprintable), naming it by its path. kured's arguments and
+// variables are checked as they are read (cmdline).
+func checkDaemonSet(ds appsv1.DaemonSet, c corev1.Container) error {
+	pod := ds.Spec.Template.Spec
+	ci := slices.IndexFunc(pod.Containers, func(o corev1.Container) bool { return o.Name == c.Name })
+	in := fmt.Sprintf("spec.template.spec.containers[%d].", ci)
+	fields := [][2]string{{"metadata.name", ds.Name}, {"metadata.namespace", ds.Namespace}, {in + "name", c.Name}}
+	if len(c.Command) > 0 {
+		fields = append(fields, [2]string{in + "command[0]", c.Command[0]})
+	}
+	for i, from := range c.EnvFrom {
+		switch {
+		case from.SecretRef != nil:
+			fields = append(fields, [2]string{fmt.Sprintf("%senvFrom[%d].secretRef.name", in, i), from.SecretRef.Name})
+		case from.ConfigMapRef != nil:
+			fields = append(fields, [2]string{fmt.Sprintf("%senvFrom[%d].configMapRef.name", in, i), from.ConfigMapRef.Name})
+		}
+	}
+	for i, m := range c.VolumeMounts {
+		at := fmt.Sprintf("%svolumeMounts[%d].", in, i)
+		fields = append(fields, [2]string{at + "name", m.Name}, [2]string{at + "mountPath", m.MountPath}, [2]string{at + "subPath", m.SubPath})
+	}
+	for i, v := range pod.Volumes {
+		if v.HostPath != nil {
+			at := fmt.Sprintf("spec.template.spec.volumes[%d].", i)
+			fields = append(fields, [2]string{at + "name", v.Name}, [2]string{at + "hostPath.path", v.HostPath.Path})
+		}
+	}
+	for _, f := range fields {
+		if err := checkText("the DaemonSet's "+f[0], f[1], f[1], ""); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/printable"
 )
 
 // conv collects the drop-in's entries, one per flag given.
@@ -53,8 +54,10 @@ func newConv(src Source) (*conv, error) {
 	return c, nil
 }
 
+// warn adds a warning for the operator's terminal, escaped: input is
+// checked (checkText), and this is the second line of defence.
 func (c *conv) warn(format string, args ...any) {
-	c.warnings = append(c.warnings, fmt.Sprintf(format, args...))
+	c.warnings = append(c.warnings, printable.String(fmt.Sprintf(format, args...)))
 }
 
 func (c *conv) add(e *entry) { c.entries = append(c.entries, e) }
@@ -312,6 +315,10 @@ func writeComment(b *strings.Builder, shown string, notes ...string) {
 		paras = []string{text}
 	}
 	for _, p := range paras {
+		// A character TOML refuses in a comment would make the drop-in
+		// fail to load; input is checked before (checkText), and this
+		// keeps every comment loadable all the same.
+		p = printable.String(p)
 		for i, line := range wrap(p, 76) {
 			if i == 0 || shown == "" {
 				b.WriteString("# " + line + "\n")
@@ -358,9 +365,11 @@ func (c *conv) settle() error {
 			dropped = c.leaveOut(p) || dropped
 		}
 		if !dropped {
-			// A key this package wrote that the loader rejects for no key
-			// of its own (a syntax error): a bug here, not in the input.
-			return fmt.Errorf("the converted drop-in does not load: %v", err)
+			// A problem that is no key's (a syntax error): the drop-in
+			// as written does not parse. Input cannot cause it (values
+			// are checked, comments escaped, values encoded): it is a
+			// bug of this package.
+			return fmt.Errorf("the converted drop-in does not load (a bug in kured-host: please report it, with kured's arguments): %s", printable.String(err.Error()))
 		}
 	}
 }

@@ -31,6 +31,8 @@ type flagDef struct {
 	// commentOnly: it sets no key, so a value that cannot be read is no
 	// loss.
 	commentOnly bool
+	// command: kured splits its value into words (splitWords).
+	command bool
 }
 
 // flagTable has every flag of config.KuredOptions (a test keeps them in
@@ -39,7 +41,7 @@ var flagTable = map[string]flagDef{
 	"--node-id":                      {kind: kString, conv: nodeID, commentOnly: true},
 	"--period":                       {kind: kDuration, def: "1h0m0s", conv: period},
 	"--reboot-sentinel":              {kind: kString, def: "/var/run/reboot-required", conv: sentinelFile},
-	"--reboot-sentinel-command":      {kind: kString, conv: sentinelCommand},
+	"--reboot-sentinel-command":      {kind: kString, conv: sentinelCommand, command: true},
 	"--reboot-days":                  {kind: kSlice, def: "su,mo,tu,we,th,fr,sa", conv: rebootDays},
 	"--start-time":                   {kind: kString, def: "0:00", conv: startTime},
 	"--end-time":                     {kind: kString, def: "23:59:59", conv: endTime},
@@ -58,7 +60,7 @@ var flagTable = map[string]flagDef{
 	"--force-reboot":                 {kind: kBool, def: "false", conv: boolean},
 	"--reboot-delay":                 {kind: kDuration, def: "0s", conv: duration},
 	"--reboot-method":                {kind: kString, def: "command", conv: rebootMethod},
-	"--reboot-command":               {kind: kString, def: "/bin/systemctl reboot", conv: rebootCommand},
+	"--reboot-command":               {kind: kString, def: "/bin/systemctl reboot", conv: rebootCommand, command: true},
 	"--reboot-signal":                {kind: kInt, def: "39", conv: noCounterpart, commentOnly: true},
 	"--blocking-pod-selector":        {kind: kArray, conv: podSelectors},
 	"--prometheus-url":               {kind: kString, conv: prometheusURL, secret: true},
@@ -79,6 +81,16 @@ var flagTable = map[string]flagDef{
 	"--log-format":                   {kind: kString, def: "text", conv: logFormat},
 	"--metrics-host":                 {kind: kString, conv: func(*conv, *value) {}}, // with --metrics-port
 	"--metrics-port":                 {kind: kInt, def: "8080", conv: metrics, always: true},
+}
+
+// spacing is what d's value may hold besides printing characters: a
+// command's words may be separated by tabs and line feeds, as kured
+// splits them.
+func (d flagDef) spacing() string {
+	if d.command {
+		return spacing
+	}
+	return ""
 }
 
 func option(flag string) config.KuredOption {

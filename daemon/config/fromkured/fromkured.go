@@ -119,6 +119,9 @@ func Convert(src Source) (*Result, error) {
 	ex := newExpander(src.Env)
 	c.cl.parseArgs(src.Args, ex)
 	c.cl.parseEnv(src.Env, ex)
+	if c.cl.err != nil {
+		return nil, c.cl.err
+	}
 	c.warnings = append(c.warnings, c.cl.warnings...)
 	for _, o := range config.KuredOptions {
 		d, v := flagTable[o.Flag], c.cl.values[o.Flag]
