@@ -25,8 +25,11 @@ import (
 // write retried.
 
 // maxTries bounds the writes of one lift: each retry follows a change to
-// the object that left the order as it was.
-const maxTries = 10
+// the object that left the order as it was. A Node's kubelet writes its
+// status every 10 s or so, and its daemon a few times a cycle: a write
+// that loses to one of those wins the next try; 20 tries lose only to a
+// writer that changes the Node all the time.
+const maxTries = 20
 
 // ErrChanged is a pause or hold replaced between the read and the
 // conditional write: it was not lifted (ChangedError says what it is now).
