@@ -270,6 +270,7 @@ func TestValidate(t *testing.T) {
 		{"claim prefix", func(c *Config) { c.Node.PreRebootLabels = map[string]string{"kured-host.dev/claim": "x"} }, []string{`node.pre_reboot_labels."kured-host.dev/claim"`}},
 		{"metrics without port", func(c *Config) { c.Metrics.Address = "localhost" }, []string{"metrics.address"}},
 		{"metrics port range", func(c *Config) { c.Metrics.Address = ":70000" }, []string{"metrics.address"}},
+		{"metrics host a name", func(c *Config) { c.Metrics.Address = "locahost:9779" }, []string{"metrics.address"}},
 		{"bad node name", func(c *Config) { c.Kubernetes.NodeName = "Node_1" }, []string{"kubernetes.node_name"}},
 		{"relative kubeconfig", func(c *Config) { c.Kubernetes.Kubeconfig = "kubelet.conf" }, []string{"kubernetes.kubeconfig"}},
 		{"log format", func(c *Config) { c.Log.Format = "logfmt" }, []string{"log.format"}},

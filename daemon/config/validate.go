@@ -252,9 +252,14 @@ func (l *LogConfig) validate(report reportFunc) {
 }
 
 func checkListenAddress(a string) error {
-	_, port, err := net.SplitHostPort(a)
+	host, port, err := net.SplitHostPort(a)
 	if err != nil {
 		return fmt.Errorf("must be host:port such as \"127.0.0.1:9779\", got %q", a)
+	}
+	// A name other than localhost is not resolved here: a misspelt one
+	// would only fail to listen, and be tried again for ever.
+	if host != "" && host != "localhost" && net.ParseIP(host) == nil {
+		return fmt.Errorf("the host must be an IP address of this machine, \"localhost\" or empty (every interface), got %q", host)
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return fmt.Errorf("port must be 1 to 65535, got %q", port)

@@ -49,8 +49,9 @@ var BlockerKinds = []string{"window", "pods", "alerts", "inhibitors"}
 // be read, a step of the cycle failed and is retried (usually the API
 // server), a drain or reboot failed, the node was not healthy in time
 // after the reboot, a node mark, notification or Event could not be
-// written, or the metrics could not be served (Serve tries again).
-var ErrorKinds = []string{"sentinel", "step", "drain", "reboot", "health", "marks", "notify", "event", "metrics"}
+// written, the cluster's settings could not be applied, or the metrics
+// could not be served (Serve tries again).
+var ErrorKinds = []string{"sentinel", "step", "drain", "reboot", "health", "marks", "notify", "event", "settings", "metrics"}
 
 // New creates the metrics on a new registry.
 func New() *Metrics {
