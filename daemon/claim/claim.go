@@ -10,8 +10,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Keys on the Node object. The label and the annotation share a name.
@@ -157,7 +163,9 @@ var ErrUnparsable = errors.New("unparsable claim")
 // from the label, which stays stable across versions. Whatever cannot be
 // read is returned as a holding claim together with an error wrapping
 // ErrUnparsable, so that callers fail safe and can report it; an active
-// claim whose limits cannot be read publishes concurrency 1.
+// claim whose limits cannot be read publishes concurrency 1. Group rules
+// and values beyond the bounds (MaxGroupRules, label syntax) make a claim
+// unreadable too.
 func Parse(label, annotation string) (Claim, error) {
 	state := State(label)
 	switch state {
@@ -184,12 +192,64 @@ func Parse(label, annotation string) (Claim, error) {
 	case c.Limits.Concurrency < 1:
 		return failSafe(c, fmt.Errorf("%w: concurrency %d in the annotation", ErrUnparsable, c.Limits.Concurrency))
 	}
-	for _, g := range c.Limits.Groups {
-		if g.Label == "" || g.Max < 1 {
-			return failSafe(c, fmt.Errorf("%w: group limit %q max %d in the annotation", ErrUnparsable, g.Label, g.Max))
-		}
+	if err := checkGroups(c); err != nil {
+		return failSafe(c, fmt.Errorf("%w: %v", ErrUnparsable, err))
 	}
 	return c, nil
+}
+
+// MaxGroupRules is the most group rules a claim may publish, and the most
+// group values it may record: a claim with more cannot be read. Every
+// node reads every claim that binds it, on every change it sees, so what
+// one claim may cost each reader must be bounded by the protocol, not by
+// the size of an annotation (a compromised node writes what it likes).
+// A configuration never has more (lock.groups).
+const MaxGroupRules = 16
+
+// checkGroups says which bound the group rules and values of c break, if
+// any: too many of them, a rule label that is not a label key, a max
+// below 1, or a recorded value that no label could have. A label ruled
+// twice is allowed: the stricter max counts, and each counts against the
+// bound.
+func checkGroups(c Claim) error {
+	if n := len(c.Limits.Groups); n > MaxGroupRules {
+		return fmt.Errorf("%d group rules in the annotation, more than the %d a claim may publish", n, MaxGroupRules)
+	}
+	if n := len(c.Groups); n > MaxGroupRules {
+		return fmt.Errorf("%d recorded group values in the annotation, more than the %d a claim may record", n, MaxGroupRules)
+	}
+	for _, g := range c.Limits.Groups {
+		if errs := validation.IsQualifiedName(g.Label); len(errs) > 0 {
+			return fmt.Errorf("group rule label %s in the annotation is not a label key: %s", excerpt(g.Label), strings.Join(errs, "; "))
+		}
+		if g.Max < 1 {
+			return fmt.Errorf("group rule %s max %d in the annotation", excerpt(g.Label), g.Max)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Groups)) { // at most MaxGroupRules
+		v := c.Groups[k]
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("recorded group %s in the annotation is not a label key: %s", excerpt(k), strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Errorf("recorded group %s=%s in the annotation is not a label value: %s", excerpt(k), excerpt(v), strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// excerpt quotes s for a message, clipped: a string in a claim may be as
+// long as the annotation, and the message reaches Events and the log.
+func excerpt(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return strconv.Quote(s)
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
 }
 
 func unparsable(err error) (Claim, error) {

@@ -3,6 +3,7 @@ package claim
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +44,78 @@ func TestParse(t *testing.T) {
 				t.Errorf("got state %q concurrency %d phase %q, want %q %d %q", c.State, c.Limits.Concurrency, c.Phase, tt.state, tt.concurrency, tt.phase)
 			}
 		})
+	}
+}
+
+// TestParseBounds: a claim may publish up to MaxGroupRules group rules
+// and record as many values; more, a rule label that is not a label key
+// or a value that no label could have, and it cannot be read. The
+// message says which bound, and quotes no more than a clip of what broke
+// it: it reaches Events.
+func TestParseBounds(t *testing.T) {
+	rules := func(n int) []GroupLimit {
+		gs := make([]GroupLimit, n)
+		for i := range gs {
+			gs[i] = GroupLimit{fmt.Sprintf("example.com/rule-%d", i), 1}
+		}
+		return gs
+	}
+	values := func(n int, v string) map[string]string {
+		vs := map[string]string{}
+		for _, g := range rules(n) {
+			vs[g.Label] = v
+		}
+		return vs
+	}
+	long := strings.Repeat("x", 100_000)
+	tests := []struct {
+		name   string
+		limits []GroupLimit
+		groups map[string]string
+		want   string // in the error; "" parses
+	}{
+		{"16 rules and 16 values", rules(16), values(16, "a"), ""},
+		{"17 rules", rules(17), values(16, "a"), "17 group rules in the annotation, more than the 16"},
+		{"17 recorded values", rules(16), values(17, "a"), "17 recorded group values in the annotation, more than the 16"},
+		{"5,000 rules", rules(5000), nil, "5000 group rules"},
+		{"a label ruled twice: the stricter max counts", []GroupLimit{{"zone", 2}, {"zone", 1}}, nil, ""},
+		{"a value of 63 characters", rules(1), values(1, strings.Repeat("v", 63)), ""},
+		{"an empty value", rules(1), values(1, ""), ""},
+		{"a value of 64 characters", rules(1), values(1, strings.Repeat("v", 64)), "is not a label value: must be no more than 63"},
+		{"a value no label could have", rules(1), values(1, "a b"), "is not a label value"},
+		{"a value of 100,000 characters", rules(1), values(1, long), `"xxxx`},
+		{"a rule label that is not a label key", []GroupLimit{{"not a label", 1}}, nil, `group rule label "not a label" in the annotation is not a label key`},
+		{"a rule label of three parts", []GroupLimit{{"a/b/c", 1}}, nil, "is not a label key"},
+		{"a rule label of 100,000 characters", []GroupLimit{{long, 1}}, nil, "(100000 bytes) in the annotation is not a label key"},
+		{"an empty rule label", []GroupLimit{{"", 1}}, nil, "is not a label key"},
+		{"a recorded label that is not a label key", rules(1), map[string]string{"not a label": "a"}, `recorded group "not a label" in the annotation is not a label key`},
+		{"a max below 1", []GroupLimit{{"zone", 0}}, nil, `group rule "zone" max 0`},
+	}
+	for _, tt := range tests {
+		for _, state := range []State{Waiting, Entering, Holding} {
+			t.Run(tt.name+"/"+string(state), func(t *testing.T) {
+				ann, err := Claim{State: state, Limits: Limits{Concurrency: 3, Groups: tt.limits}, Groups: tt.groups}.Marshal()
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := Parse(string(state), ann)
+				if tt.want == "" {
+					if err != nil || len(c.Limits.Groups) != len(tt.limits) {
+						t.Fatalf("err = %v with %d rules, want the claim read", err, len(c.Limits.Groups))
+					}
+					return
+				}
+				if !errors.Is(err, ErrUnparsable) || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("err = %.300v, want unparsable with %q", err, tt.want)
+				}
+				if n := len(err.Error()); n > 1000 {
+					t.Errorf("a message of %d bytes", n)
+				}
+				if c.State != state || c.Limits.Concurrency != 1 || len(c.Limits.Groups) != 0 || (state.Active() && c.Phase != PhaseUnknown) {
+					t.Errorf("not fail safe: state %s, limits %+v, phase %q", c.State, c.Limits, c.Phase)
+				}
+			})
+		}
 	}
 }
 
