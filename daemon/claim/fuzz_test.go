@@ -63,7 +63,7 @@ func unsafe(snap []Participant, now time.Time, ttl time.Duration) string {
 		}
 	}
 	for _, p := range act {
-		for _, d := range domainsOf(p, []Limits{p.Claim.Limits}) {
+		for _, d := range domainsOf(p, ruleLabels(nil, p.Claim.Limits)) {
 			lim, ok := d.limit([]Limits{p.Claim.Limits})
 			if !ok {
 				continue

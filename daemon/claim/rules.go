@@ -69,26 +69,68 @@ func (d domain) String() string {
 }
 
 func (d domain) contains(p *Participant) bool {
-	return d.label == "" || slices.Contains(p.values(d.label), d.value)
+	if d.label == "" {
+		return true
+	}
+	if v, ok := p.Claim.Groups[d.label]; ok && v == d.value {
+		return true
+	}
+	v, ok := p.Labels[d.label]
+	return ok && v == d.value // one of p.values(d.label), without the slice
 }
 
 // limit is the smallest limit any of ls sets for d; false if none sets one.
 func (d domain) limit(ls []Limits) (int, bool) {
-	lim, found := 0, false
+	lim, ok := 0, false
 	for _, l := range ls {
-		v, ok := l.Concurrency, d.label == ""
-		if !ok {
-			for _, g := range l.Groups {
-				if g.Label == d.label && (!ok || g.Max < v) {
-					v, ok = g.Max, true
-				}
+		lim, ok = rules{Limits: l}.bind(d, lim, ok)
+	}
+	return lim, ok
+}
+
+// rules are one claim's limits, ready to be asked for the limit they set
+// in a domain as often as an evaluation needs. A claim that parses has at
+// most MaxGroupRules group rules, few enough to scan; a longer list (a
+// claim built by other means) is indexed once, so that no evaluation
+// walks it for each domain: the cost of a claim to its readers stays
+// linear in its rules.
+type rules struct {
+	Limits
+	byLabel map[string]int // the smallest max for each label; nil: scan
+}
+
+func indexed(l Limits) rules {
+	r := rules{Limits: l}
+	if len(l.Groups) > MaxGroupRules {
+		r.byLabel = make(map[string]int, len(l.Groups))
+		for _, g := range l.Groups {
+			if v, ok := r.byLabel[g.Label]; !ok || g.Max < v {
+				r.byLabel[g.Label] = g.Max
 			}
 		}
-		if ok && (!found || v < lim) {
-			lim, found = v, true
+	}
+	return r
+}
+
+// bind is the smaller of lim (ok: set) and the limit r sets in d, if it
+// sets one (a label ruled twice: the stricter max).
+func (r rules) bind(d domain, lim int, ok bool) (int, bool) {
+	v, has := r.Concurrency, d.label == ""
+	switch {
+	case has:
+	case r.byLabel != nil:
+		v, has = r.byLabel[d.label]
+	default:
+		for _, g := range r.Groups {
+			if g.Label == d.label && (!has || g.Max < v) {
+				v, has = g.Max, true
+			}
 		}
 	}
-	return lim, found
+	if has && (!ok || v < lim) {
+		return v, true
+	}
+	return lim, ok
 }
 
 // claimed is what the waiting claims that can be read impose: their
@@ -99,9 +141,6 @@ func (d domain) limit(ls []Limits) (int, bool) {
 // queue is read often.
 type claimed struct {
 	limits map[domain]int
-	// rule names every group label the claims have rules for (its maxes
-	// do not count: limits has them), for domainsOf.
-	rule Limits
 }
 
 func claimants(snap []Participant, now time.Time, ttl time.Duration) claimed {
@@ -117,9 +156,6 @@ func claimants(snap []Participant, now time.Time, ttl time.Duration) claimed {
 		}
 		set(domain{}, p.Claim.Limits.Concurrency)
 		for _, g := range p.Claim.Limits.Groups {
-			if !slices.ContainsFunc(c.rule.Groups, func(x GroupLimit) bool { return x.Label == g.Label }) {
-				c.rule.Groups = append(c.rule.Groups, GroupLimit{Label: g.Label})
-			}
 			for _, v := range p.values(g.Label) {
 				set(domain{g.Label, v}, g.Max)
 			}
@@ -145,33 +181,68 @@ func (c claimed) bind(d domain, lim int, ok bool) (int, bool) {
 	return lim, ok
 }
 
-// domainsOf lists the domains p is in under the group rules that any of
-// rules names.
-func domainsOf(p Participant, rules []Limits) []domain {
-	ds := []domain{{}}
-	var labels []string
-	for _, l := range rules {
+// labelSet is a set of group labels, and the same in order.
+type labelSet struct {
+	in     map[string]struct{}
+	sorted []string
+}
+
+// ruleLabels is every group label that a rule of snap's claims or of
+// more names. One set serves a whole evaluation: a node's domains under
+// a label that no limit counting there names have no limit, so they
+// never block, fill or bind, and listing them changes no outcome and no
+// message.
+func ruleLabels(snap []Participant, more ...Limits) labelSet {
+	s := labelSet{in: map[string]struct{}{}}
+	add := func(l Limits) {
 		for _, g := range l.Groups {
-			if !slices.Contains(labels, g.Label) {
-				labels = append(labels, g.Label)
+			if _, ok := s.in[g.Label]; !ok {
+				s.in[g.Label] = struct{}{}
+				s.sorted = append(s.sorted, g.Label)
 			}
 		}
 	}
-	slices.Sort(labels)
-	for _, label := range labels {
-		for _, v := range p.values(label) {
-			ds = append(ds, domain{label, v})
+	for i := range snap {
+		add(snap[i].Claim.Limits)
+	}
+	for _, l := range more {
+		add(l)
+	}
+	slices.Sort(s.sorted)
+	return s
+}
+
+// domainsOf lists the domains p is in under the labels: the cluster
+// first, then by label, in the order of the labels' names, each value as
+// values lists them. When p has fewer labels and recorded values than
+// there are labels, it looks up p's, so that a long list of labels costs
+// a node with a few nothing.
+func domainsOf(p Participant, labels labelSet) []domain {
+	named := labels.sorted
+	if own := len(p.Labels) + len(p.Claim.Groups); own < len(named) {
+		named = make([]string, 0, own)
+		for _, m := range []map[string]string{p.Claim.Groups, p.Labels} {
+			for k := range m {
+				if _, ok := labels.in[k]; ok {
+					named = append(named, k)
+				}
+			}
+		}
+		slices.Sort(named)
+		named = slices.Compact(named)
+	}
+	ds := make([]domain, 1, 1+len(named)) // two values for a label are rare
+	for _, label := range named {
+		// p.values(label), without a slice for each
+		rec, recorded := p.Claim.Groups[label]
+		if recorded {
+			ds = append(ds, domain{label, rec})
+		}
+		if cur, ok := p.Labels[label]; ok && (!recorded || cur != rec) {
+			ds = append(ds, domain{label, cur})
 		}
 	}
 	return ds
-}
-
-func limitsOf(ps []Participant) []Limits {
-	ls := make([]Limits, len(ps))
-	for i, p := range ps {
-		ls[i] = p.Claim.Limits
-	}
-	return ls
 }
 
 // names lists the names of ps at the indices in.
@@ -222,25 +293,27 @@ type Verdict struct {
 // blocks it.
 func Verify(self Participant, own Limits, snap []Participant, now time.Time, ttl time.Duration) Verdict {
 	var others []Participant
+	var theirs []rules
 	for _, p := range snap {
 		if p.Name != self.Name && p.active(now, ttl) {
 			others = append(others, p)
+			theirs = append(theirs, indexed(p.Claim.Limits))
 		}
 	}
 	waiting := claimants(snap, now, ttl)
-	rules := slices.Concat([]Limits{own, self.Claim.Limits, waiting.rule}, limitsOf(others))
+	mine, published := indexed(own), indexed(self.Claim.Limits)
 	v := Verdict{Decision: Commit}
 	var in []int // the active claims in a domain, as indices into others
-	lims := make([]Limits, 0, len(others)+2)
-	for _, d := range domainsOf(self, rules) {
-		in, lims = in[:0], append(lims[:0], own, self.Claim.Limits)
+	for _, d := range domainsOf(self, ruleLabels(snap, own, self.Claim.Limits)) {
+		in = in[:0]
+		lim, ok := mine.bind(d, 0, false)
+		lim, ok = published.bind(d, lim, ok)
 		for i := range others {
 			if d.contains(&others[i]) {
 				in = append(in, i)
-				lims = append(lims, others[i].Claim.Limits)
+				lim, ok = theirs[i].bind(d, lim, ok)
 			}
 		}
-		lim, ok := d.limit(lims)
 		lim, ok = waiting.bind(d, lim, ok)
 		if !ok || len(in)+1 <= lim {
 			continue
@@ -309,8 +382,11 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 	slices.SortFunc(admitted, byQueueOrder)
 	slices.SortFunc(waiting, byQueueOrder)
 	bound := claimants(snap, now, ttl)
-	for _, p := range admitted {
+	labels := ruleLabels(snap)
+	theirs := make([]rules, len(admitted), len(admitted)+len(waiting))
+	for i, p := range admitted {
 		q.Admitted = append(q.Admitted, p.Name)
+		theirs[i] = indexed(p.Claim.Limits)
 	}
 	decided := false
 	for _, w := range waiting {
@@ -327,34 +403,34 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 			q.Skipped[w.Name] = SkippedSilent
 			continue
 		}
-		if why := blocks(w, admitted, bound); why != "" {
+		r := indexed(w.Claim.Limits)
+		if why := blocks(w, r, admitted, theirs, bound, labels); why != "" {
 			q.Blocked[w.Name] = why
 			continue
 		}
-		admitted = append(admitted, w)
+		admitted, theirs = append(admitted, w), append(theirs, r)
 		q.Admitted = append(q.Admitted, w.Name)
 	}
 	return q
 }
 
 // blocks says which limit keeps w out of the admitted set, or "": the
-// limits of w, of the admitted claims and of the waiting claimants in each
-// domain.
-func blocks(w Participant, admitted []Participant, waiting claimed) string {
-	rules := append([]Limits{w.Claim.Limits, waiting.rule}, limitsOf(admitted)...)
+// limits of w (mine), of the admitted claims (theirs, index for index)
+// and of the waiting claimants in each domain, under labels (every label
+// a rule of the snapshot names).
+func blocks(w Participant, mine rules, admitted []Participant, theirs []rules, waiting claimed, labels labelSet) string {
 	// Indices, not copies: a waiting daemon decides every node ahead of it
 	// against every admitted one on each change it sees.
 	var in []int
-	lims := make([]Limits, 0, len(admitted)+1)
-	for _, d := range domainsOf(w, rules) {
-		in, lims = in[:0], append(lims[:0], w.Claim.Limits)
+	for _, d := range domainsOf(w, labels) {
+		in = in[:0]
+		lim, ok := mine.bind(d, 0, false)
 		for i := range admitted {
 			if d.contains(&admitted[i]) {
 				in = append(in, i)
-				lims = append(lims, admitted[i].Claim.Limits)
+				lim, ok = theirs[i].bind(d, lim, ok)
 			}
 		}
-		lim, ok := d.limit(lims)
 		lim, ok = waiting.bind(d, lim, ok)
 		if ok && len(in)+1 > lim {
 			return fmt.Sprintf("%s is full: %d of %d (%s)", d, len(in), lim, names(admitted, in))
@@ -385,19 +461,26 @@ func Full(snap []Participant, now time.Time, ttl time.Duration) map[string][]str
 		}
 	}
 	bound := claimants(snap, now, ttl)
-	rules := append([]Limits{bound.rule}, limitsOf(active)...)
-	in := map[domain][]Limits{}
+	labels := ruleLabels(snap)
+	type count struct {
+		n, lim int
+		ok     bool // lim is set
+	}
+	in := map[domain]count{}
 	for _, p := range active {
-		for _, d := range domainsOf(p, rules) {
+		r := indexed(p.Claim.Limits)
+		for _, d := range domainsOf(p, labels) {
 			if d.label != "" {
-				in[d] = append(in[d], p.Claim.Limits)
+				c := in[d]
+				c.n++
+				c.lim, c.ok = r.bind(d, c.lim, c.ok)
+				in[d] = c
 			}
 		}
 	}
 	full := map[string][]string{}
-	for d, ls := range in {
-		lim, ok := d.limit(ls)
-		if lim, ok = bound.bind(d, lim, ok); ok && len(ls) >= lim {
+	for d, c := range in {
+		if lim, ok := bound.bind(d, c.lim, c.ok); ok && c.n >= lim {
 			full[d.label] = append(full[d.label], d.value)
 		}
 	}
@@ -430,39 +513,37 @@ func Crowded(snap []Participant, self string, now time.Time, ttl time.Duration, 
 		return false
 	}
 	me := snap[i]
-	own := me.Claim.Limits
-	var labels []string
-	for _, p := range snap {
-		for _, g := range p.Claim.Limits.Groups {
-			if !slices.Contains(labels, g.Label) {
-				labels = append(labels, g.Label)
+	labels := ruleLabels(snap)
+	// The same values for every label: the same domains, sorted. Those of
+	// domainsOf are in the order of their labels, with at most two values
+	// for a label: one swap sorts them.
+	sorted := func(p Participant) []domain {
+		ds := domainsOf(p, labels)
+		for k := 1; k < len(ds); k++ {
+			if ds[k].label == ds[k-1].label && ds[k].value < ds[k-1].value {
+				ds[k], ds[k-1] = ds[k-1], ds[k]
 			}
 		}
+		return ds
 	}
-	mine := make([][]string, len(labels))
-	for k, label := range labels {
-		mine[k] = slices.Sorted(slices.Values(me.values(label)))
-	}
-	digest := LimitsDigest(own)
+	mine := sorted(me)
+	digest := LimitsDigest(me.Claim.Limits)
 	takers := 0
 	for _, p := range snap {
 		if p.Name == self || p.Err != nil || p.Claim.State != Waiting || !p.Ready || !precedes(p, me) ||
 			(skip != nil && skip(p.Name)) || LimitsDigest(p.Claim.Limits) != digest {
 			continue
 		}
-		same := true
-		for k, label := range labels {
-			same = same && slices.Equal(slices.Sorted(slices.Values(p.values(label))), mine[k])
-		}
-		if same {
+		if slices.Equal(sorted(p), mine) {
 			takers++
 		}
 	}
 	if takers == 0 {
 		return false
 	}
-	for _, d := range domainsOf(me, []Limits{own}) {
-		lim, ok := d.limit([]Limits{own})
+	own := indexed(me.Claim.Limits)
+	for _, d := range mine { // a domain under a label of another's rule only has no limit of own
+		lim, ok := own.bind(d, 0, false)
 		if !ok {
 			continue
 		}
@@ -561,12 +642,16 @@ func Yield(self Participant, snap []Participant, now time.Time, ttl time.Duratio
 	if q.Eligible(self.Name) {
 		return false, ""
 	}
+	admitted := make(map[string]bool, len(q.Admitted))
+	for _, n := range q.Admitted {
+		admitted[n] = true
+	}
 	var ahead []string
 	for _, n := range q.Waiting {
 		if n == self.Name {
 			break
 		}
-		if q.Eligible(n) {
+		if admitted[n] { // eligible: waiting and admitted
 			ahead = append(ahead, n)
 		}
 	}

@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -283,6 +284,121 @@ func TestCrowded(t *testing.T) {
 			// Never crowded where the queue admits the node.
 			if Crowded(tc.snap, "me", t0, 0, tc.skip) && EligibilityUpTo(tc.snap, t0, 0, tc.skip, "me").Eligible("me") {
 				t.Error("crowded, but the queue admits it")
+			}
+		})
+	}
+}
+
+// queueOf50 is the queue of issue 39: 50 waiting claims in zones a, b
+// and c, each publishing concurrency 2 and rulesEach group rules, the
+// zone at most 1 and the others over labels r1, r2, … that every node
+// has; forged > 0 makes the head of the queue publish that many rules
+// instead, over labels no other node has, and record a value for each
+// when recorded is set.
+func queueOf50(rulesEach, forged int, recorded bool) []Participant {
+	snap := make([]Participant, 50)
+	for i := range snap {
+		zone := string(rune('a' + i%3))
+		p := node(fmt.Sprintf("n%02d", i), Waiting, zone, i, 2, 1)
+		p.Claim.Groups = map[string]string{zoneLabel: zone}
+		for r := 1; r < rulesEach; r++ {
+			label := fmt.Sprintf("r%d", r)
+			p.Labels[label] = zone
+			p.Claim.Groups[label] = zone
+			p.Claim.Limits.Groups = append(p.Claim.Limits.Groups, GroupLimit{label, 1})
+		}
+		snap[i] = p
+	}
+	if forged > 0 {
+		head := &snap[0].Claim
+		head.Limits.Groups, head.Groups = nil, nil
+		for r := range forged {
+			label := fmt.Sprintf("f%04d", r)
+			head.Limits.Groups = append(head.Limits.Groups, GroupLimit{label, 1})
+			if recorded {
+				if head.Groups == nil {
+					head.Groups = map[string]string{}
+				}
+				head.Groups[label] = "x"
+			}
+		}
+	}
+	return snap
+}
+
+// TestForgedRulesUnreadable: the claim of issue 39, 5,000 group rules
+// from one node, cannot be read; waiting, it is left out of the queue
+// and binds nothing; active, it holds the cluster's only slot; each way
+// it is alarmed.
+func TestForgedRulesUnreadable(t *testing.T) {
+	for _, state := range []State{Waiting, Entering, Holding} {
+		t.Run(string(state), func(t *testing.T) {
+			snap := queueOf50(1, 5000, true)
+			snap[0].Claim.State = state
+			ann, err := snap[0].Claim.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ann) > 256<<10 {
+				t.Fatalf("an annotation of %d bytes: more than the API server takes", len(ann))
+			}
+			snap[0].Claim, snap[0].Err = Parse(string(state), ann)
+			if !errors.Is(snap[0].Err, ErrUnparsable) || !strings.Contains(snap[0].Err.Error(), "5000 group rules") {
+				t.Fatalf("parsed: %v", snap[0].Err)
+			}
+			q := Eligibility(snap, t0, 0, nil)
+			alarms := Alarms(snap, t0, time.Hour, time.Hour)
+			if len(alarms) != 1 || alarms[0].Node != "n00" || !alarms[0].Unreadable {
+				t.Errorf("alarms %+v, want n00's claim unreadable", alarms)
+			}
+			switch {
+			case state == Waiting && (slices.Contains(q.Waiting, "n00") || !slices.Equal(q.Admitted, []string{"n01", "n02"})):
+				t.Errorf("waiting %v, admitted %v: want n00 left out and n01, n02 in", q.Waiting, q.Admitted)
+			case state.Active() && !slices.Equal(q.Admitted, []string{"n00"}):
+				t.Errorf("admitted %v, want n00 alone (concurrency 1)", q.Admitted)
+			}
+		})
+	}
+}
+
+// BenchmarkRules evaluates the queue of issue 39 as every node does on
+// each change it sees: 50 waiting claims, the head publishing 5,000 group
+// rules (built here, as Parse no longer reads such a claim), with or
+// without a value recorded for each; and 50 claims with MaxGroupRules
+// rules each, the most a claim that parses has, and with one each (the
+// zone's, as most configurations).
+func BenchmarkRules(b *testing.B) {
+	for _, s := range []struct {
+		name string
+		snap []Participant
+	}{
+		{"head-5000-rules", queueOf50(1, 5000, false)},
+		{"head-5000-rules-and-values", queueOf50(1, 5000, true)},
+		{"all-16-rules", queueOf50(MaxGroupRules, 0, false)},
+		{"all-1-rule", queueOf50(1, 0, false)},
+	} {
+		last := s.snap[len(s.snap)-1]
+		entering := slices.Clone(s.snap)
+		entering[len(entering)-1].Claim.State = Entering
+		b.Run(s.name+"/eligibility", func(b *testing.B) {
+			for b.Loop() {
+				Eligibility(s.snap, t0, 0, nil)
+			}
+		})
+		b.Run(s.name+"/verify", func(b *testing.B) {
+			self := entering[len(entering)-1]
+			for b.Loop() {
+				Verify(self, self.Claim.Limits, entering, t0, 0)
+			}
+		})
+		b.Run(s.name+"/full", func(b *testing.B) {
+			for b.Loop() {
+				Full(s.snap, t0, 0)
+			}
+		})
+		b.Run(s.name+"/crowded", func(b *testing.B) {
+			for b.Loop() {
+				Crowded(s.snap, last.Name, t0, 0, nil)
 			}
 		})
 	}
