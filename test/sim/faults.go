@@ -217,7 +217,9 @@ func (w *World) interpose(n int) {
 // adminEdit is something an admin does to a claim by hand: remove it,
 // change its label alone, or leave an annotation this build cannot read
 // (garbage, a future version), or forge its times an hour ahead (as a
-// compromised node would, to hold a slot with no alarm). A claim the
+// compromised node would, to hold a slot with no alarm), or make it
+// publish more group rules than a claim may (17, or 5,000 as a
+// compromised node would, to cost every reader its CPU). A claim the
 // daemons cannot read or do not believe counts as holding until it is
 // fixed: the admin removes it again a while later, as the UnreadableClaim
 // alarm says to.
@@ -227,7 +229,7 @@ func (w *World) adminEdit() {
 	if n == nil || n.Labels[claim.Label] == "" {
 		return
 	}
-	edit := w.intn(5)
+	edit := w.intn(6)
 	var what string
 	err := w.store.UpdateNode(h.Name, api.Admin, func(n *corev1.Node) {
 		switch edit {
@@ -249,6 +251,14 @@ func (w *World) adminEdit() {
 			if forgeTimes(n) {
 				what = "forges the claim's times an hour ahead"
 			}
+		case 5:
+			rules := claim.MaxGroupRules + 1
+			if w.intn(4) == 0 {
+				rules = 5000
+			}
+			if addRules(n, rules) {
+				what = fmt.Sprintf("makes the claim publish %d group rules", rules)
+			}
 		}
 	})
 	if err != nil || what == "" {
@@ -259,7 +269,7 @@ func (w *World) adminEdit() {
 		return
 	}
 	// A claim left unreadable (a label that disagrees with its annotation,
-	// garbage, a future version) or not believed (times ahead) raises an
+	// garbage, a future version, too many rules) or not believed (times ahead) raises an
 	// alarm; the admin removes it.
 	fixed := false
 	_ = w.store.UpdateNode(h.Name, api.Admin, func(n *corev1.Node) {
@@ -287,6 +297,24 @@ func forgeTimes(n *corev1.Node) bool {
 	c.Updated = time.Now().Add(time.Hour)
 	if c.Acquired != nil {
 		c.Acquired = &c.Updated
+	}
+	s, err := c.Marshal()
+	if err != nil {
+		return false
+	}
+	n.Annotations[claim.Annotation] = s
+	return true
+}
+
+// addRules adds rules group rules to the claim, on labels no node has; it
+// reports whether there was a claim to add them to.
+func addRules(n *corev1.Node, rules int) bool {
+	c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation])
+	if err != nil {
+		return false
+	}
+	for i := range rules {
+		c.Limits.Groups = append(c.Limits.Groups, claim.GroupLimit{Label: fmt.Sprintf("rule-%d", i), Max: 1})
 	}
 	s, err := c.Marshal()
 	if err != nil {
