@@ -1,7 +1,7 @@
 // Package alarm reports the lock's alarms (claims that keep their place
 // longer than they should, claims that cannot be read or are not
-// believed) to the operator: a warning Event on the Node whose claim it is,
-// once per episode, and the kured_host_claim_alarms metric.
+// believed) to the operator: a warning Event on the Node whose claim it is
+// and the kured_host_claim_alarms metric.
 package alarm
 
 import (
@@ -23,9 +23,13 @@ const (
 	ReasonUnreadableClaim = "UnreadableClaim"
 )
 
-// Report turns alarms into a warning Event on the stuck node (one per
-// episode, whichever node sees it first) and the kured_host_claim_alarms
-// metric.
+// Report turns alarms into a warning Event on the stuck node and the
+// kured_host_claim_alarms metric. The lock decides which alarms this node
+// writes, and that it writes each episode once (lock.AlarmReporter); each
+// Event has a name of its own that no other node can predict
+// (events.Recorder), so a compromised node can neither take the name
+// first nor overwrite the Event. Several nodes at the front of the queue
+// each write theirs: a few Events per episode, not one.
 type Report struct {
 	Events  *events.Recorder
 	Metrics *metrics.Metrics
@@ -39,17 +43,20 @@ func (r *Report) Raise(ctx context.Context, a claim.Alarm) {
 	if r.Events == nil {
 		return
 	}
-	reason := ReasonHolderAlarm
-	switch {
-	case a.Unreadable:
-		reason = ReasonUnreadableClaim
-	case a.State == claim.Entering:
-		reason = ReasonEnteringAlarm
-	}
-	key := a.Node + "/" + string(a.State) + "/" + a.Since.String()
-	if err := r.Events.Once(ctx, a.Node, corev1.EventTypeWarning, reason, "Node "+a.Node+" "+a.What, key); err != nil && r.Log != nil {
+	if err := r.Events.Emit(ctx, a.Node, corev1.EventTypeWarning, reason(a), "Node "+a.Node+" "+a.What); err != nil && r.Log != nil {
 		r.Log.Warn("cannot write the alarm event", "err", err)
 	}
+}
+
+// reason is the Event reason of an alarm.
+func reason(a claim.Alarm) string {
+	switch {
+	case a.Unreadable:
+		return ReasonUnreadableClaim
+	case a.State == claim.Entering:
+		return ReasonEnteringAlarm
+	}
+	return ReasonHolderAlarm
 }
 
 // Current sets the metric.

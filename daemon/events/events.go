@@ -1,21 +1,27 @@
 // Package events writes Kubernetes Events about Nodes with the node's own
 // credentials. A message is made printable (daemon/printable) before it
 // is written: it often quotes text from outside, and kubectl shows it on
-// a terminal. An event has a name derived from what it reports, so that
-// many nodes reporting the same thing (every waiting node sees a stuck
-// holder) make one Event, not one per node.
+// a terminal.
+//
+// Each Event gets a name with a random part (crypto/rand) that nobody can
+// predict. Every node may create, update and patch Events, but not read
+// them: a name derived from what an Event reports let a compromised node
+// create the Event first, so that the honest report found the name taken
+// and was dropped, or overwrite it afterwards with whatever it liked
+// (issue 39, finding 5). So no two reports share an Event, and whoever
+// reports decides how often: the lock's rule and daemon/alarm for the
+// alarms, Limited for the cycle's own Events.
 package events
 
 import (
 	"context"
-	"crypto/sha256"
+	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -35,14 +41,16 @@ type Recorder struct {
 	Now  func() time.Time
 }
 
-// Once reports, about node, an event identified by key: the first report
-// creates it, later reports of the same key by any node are dropped.
-func (r *Recorder) Once(ctx context.Context, node, eventType, reason, message, key string) error {
+// Emit reports a new event about node: each call creates an Event of its
+// own, named NODE.kured-host.RANDOM (16 hex digits, 64 bits from
+// crypto/rand). A name that is taken is an error, never "already
+// reported": an Event this node did not write says nothing about what
+// this one reports.
+func (r *Recorder) Emit(ctx context.Context, node, eventType, reason, message string) error {
 	now := metav1.NewTime(r.now())
-	sum := sha256.Sum256([]byte(reason + "\x00" + key))
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      fmt.Sprintf("%s.kured-host.%s", node, hex.EncodeToString(sum[:6])),
+			Name:      eventName(node),
 			Namespace: metav1.NamespaceDefault,
 		},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, UID: types.UID(node), APIVersion: "v1"},
@@ -54,14 +62,18 @@ func (r *Recorder) Once(ctx context.Context, node, eventType, reason, message, k
 		ReportingController: "kured-host.dev/kured-host",
 		ReportingInstance:   r.Host,
 	}
-	_, err := r.Client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	if err != nil {
+	if _, err := r.Client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("event %s on node %s: %w", reason, node, err)
 	}
 	return nil
+}
+
+// eventName is a new Event name about node: NODE.kured-host. and 16 hex
+// digits from crypto/rand (whose Read never fails).
+func eventName(node string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return node + ".kured-host." + hex.EncodeToString(b[:])
 }
 
 func (r *Recorder) now() time.Time {
@@ -69,11 +81,6 @@ func (r *Recorder) now() time.Time {
 		return time.Now()
 	}
 	return r.Now()
-}
-
-// Emit reports a new event about node (each call its own Event).
-func (r *Recorder) Emit(ctx context.Context, node, eventType, reason, message string) error {
-	return r.Once(ctx, node, eventType, reason, message, fmt.Sprintf("%d", r.now().UnixNano()))
 }
 
 // Sink is where Limited sends the events it lets through.

@@ -340,7 +340,7 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 		}
 	}
 	now, server := l.o.Now(), l.o.ServerNow()
-	l.raiseAlarms(ctx, ps, server)
+	l.raiseAlarms(ctx, ps, server, true)
 	v := claim.Verify(me, l.ownLimits(), ps, server, l.o.TTL)
 	if v.Decision != claim.StepBack {
 		// Fairness: a node that announced from a stale view gives way to

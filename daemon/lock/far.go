@@ -187,7 +187,7 @@ func (l *Lock) takeRoom(ctx context.Context) (bool, error) {
 	for probed := false; ; probed = true {
 		ps := l.distrust(l.applyReadiness(slices.Clone(v.snap)))
 		if !probed {
-			l.raiseAlarms(ctx, ps, l.o.ServerNow())
+			l.raiseAlarms(ctx, ps, l.o.ServerNow(), false)
 		}
 		q := claim.EligibilityUpTo(ps, l.o.ServerNow(), l.o.TTL, l.silent(now), l.o.Node)
 		l.noteEligible(q, now)

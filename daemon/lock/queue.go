@@ -475,7 +475,7 @@ func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time
 	server := l.o.ServerNow()
 	q := claim.EligibilityUpTo(snap, server, l.o.TTL, l.silent(now), l.o.Node)
 	l.noteEligible(q, now)
-	l.raiseAlarms(ctx, snap, server)
+	l.raiseAlarms(ctx, snap, server, reportsAlarms(q, l.o.Node))
 	if q.Eligible(l.o.Node) {
 		return nil, 0, true, nil
 	}
