@@ -63,7 +63,7 @@ var Reasons = []struct{ Reason, Type, When string }{
 	{ReasonUncordoned, "Normal", "uncordoned (only when kured-host cordoned it)"},
 	{ReasonSlotReleased, "Normal", "the slot is free for the next node"},
 	{ReasonSlotLost, "Warning", "someone else removed or changed the claim before the reboot; the node is put back and starts over"},
-	{alarm.ReasonHolderAlarm, "Warning", "another node has held a slot longer than lock.alarm_age (recorded once per holder)"},
+	{alarm.ReasonHolderAlarm, "Warning", "another node has held a slot longer than lock.alarm_age (written once per episode by each node at the front of the queue: docs/claims.md)"},
 	{alarm.ReasonEnteringAlarm, "Warning", "another node has been taking a slot longer than lock.entering_alarm_age"},
 	{alarm.ReasonUnreadableClaim, "Warning", "a claim cannot be read, or is not believed (a time in the future, a recorded group its Node's labels contradict: docs/claims.md); it counts as holding a slot, with concurrency 1, until fixed or removed"},
 }

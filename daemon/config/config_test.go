@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -268,6 +269,11 @@ func TestValidate(t *testing.T) {
 		{"reserved self label", func(c *Config) { c.Node.PostRebootLabels = map[string]string{"node-role.kubernetes.io/x": ""} }, []string{`node.post_reboot_labels."node-role.kubernetes.io/x"`}},
 		{"allowed node.kubernetes.io label", func(c *Config) { c.Node.PostRebootLabels = map[string]string{"node.kubernetes.io/rebooted": "yes"} }, nil},
 		{"claim prefix", func(c *Config) { c.Node.PreRebootLabels = map[string]string{"kured-host.dev/claim": "x"} }, []string{`node.pre_reboot_labels."kured-host.dev/claim"`}},
+		{"too many group rules", func(c *Config) {
+			for i := range 17 {
+				c.Lock.Groups = append(c.Lock.Groups, GroupLimit{Label: fmt.Sprintf("example.com/g%d", i), Max: 1})
+			}
+		}, []string{"lock.groups"}},
 		{"metrics without port", func(c *Config) { c.Metrics.Address = "localhost" }, []string{"metrics.address"}},
 		{"metrics port range", func(c *Config) { c.Metrics.Address = ":70000" }, []string{"metrics.address"}},
 		{"metrics host a name", func(c *Config) { c.Metrics.Address = "locahost:9779" }, []string{"metrics.address"}},

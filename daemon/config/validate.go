@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kured-host/kured-host/daemon/claim"
 )
 
 // ClaimPrefix is the label and annotation prefix kured-host keeps for its
@@ -113,6 +115,9 @@ func (w *WindowConfig) validate(report reportFunc) {
 func (l *LockConfig) validate(report reportFunc) {
 	if l.Concurrency < 1 {
 		report("lock.concurrency", "must be at least 1, got %d", l.Concurrency)
+	}
+	if len(l.Groups) > claim.MaxGroupRules {
+		report("lock.groups", "has %d rules, more than the %d a claim may publish (another node's claim with more cannot be read)", len(l.Groups), claim.MaxGroupRules)
 	}
 	seen := map[string]int{}
 	for i, g := range l.Groups {

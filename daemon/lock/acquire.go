@@ -221,7 +221,8 @@ func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
 // published is what this node publishes when announcing: the stricter of
 // its configuration and what its claim published before (a restarted
 // daemon with a laxer configuration keeps its published limits until it
-// releases).
+// releases). Its rules and the claim's together stay within
+// claim.MaxGroupRules; past that, it publishes concurrency 1.
 func (l *Lock) published(prev claim.Limits) claim.Limits {
 	own := l.ownLimits()
 	out := claim.Limits{Concurrency: own.Concurrency, Groups: slices.Clone(own.Groups)}
@@ -236,6 +237,12 @@ func (l *Lock) published(prev claim.Limits) claim.Limits {
 		case g.Max < out.Groups[i].Max:
 			out.Groups[i].Max = g.Max
 		}
+	}
+	if len(out.Groups) > claim.MaxGroupRules {
+		// Two configurations' rules together pass the bound a claim may
+		// publish (it would be unreadable): one slot in the whole
+		// cluster is no less strict than any of them.
+		return claim.Limits{Concurrency: 1, Groups: slices.Clone(own.Groups)}
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -34,6 +35,10 @@ func TestPublishedIsTheStricter(t *testing.T) {
 			claim.Limits{Concurrency: 2, Groups: []claim.GroupLimit{{Label: "z", Max: 1}}}},
 		{"restarted with a stricter config publishes it", claim.Limits{Concurrency: 1, Groups: []claim.GroupLimit{{Label: "z", Max: 1}}}, claim.Limits{Concurrency: 2, Groups: []claim.GroupLimit{{Label: "z", Max: 2}}},
 			claim.Limits{Concurrency: 1, Groups: []claim.GroupLimit{{Label: "z", Max: 1}}}},
+		{"restarted with other rules, too many together: one slot", claim.Limits{Concurrency: 4, Groups: rules("new", 9)}, claim.Limits{Concurrency: 3, Groups: rules("old", 9)},
+			claim.Limits{Concurrency: 1, Groups: rules("new", 9)}},
+		{"restarted with other rules, at the bound", claim.Limits{Concurrency: 4, Groups: rules("new", 8)}, claim.Limits{Concurrency: 3, Groups: rules("old", 8)},
+			claim.Limits{Concurrency: 3, Groups: append(rules("new", 8), rules("old", 8)...)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,6 +49,15 @@ func TestPublishedIsTheStricter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rules are n group rules on labels prefix/0, prefix/1, ….
+func rules(prefix string, n int) []claim.GroupLimit {
+	out := make([]claim.GroupLimit, n)
+	for i := range out {
+		out[i] = claim.GroupLimit{Label: fmt.Sprintf("example.com/%s-%d", prefix, i), Max: 1}
+	}
+	return out
 }
 
 // TestWindow: the nodes that watch are the next round and windowSpare

@@ -79,7 +79,9 @@ func TestClusterSettingsSendNoSecret(t *testing.T) {
 	// the URL is refused as well.
 	expectEvent(t, ctx, plain.h.Name, "SettingsInvalid", "blockers.prometheus.password_file: not a cluster setting (a credential")
 	expectEvent(t, ctx, keeper.h.Name, "SettingsInvalid", "blockers.prometheus.url: comes from the cluster's settings, but "+keeper.config)
-	refusedURL := func() int { return strings.Count(keeper.logs(), "blockers.prometheus.url: comes from the cluster's settings, but") }
+	refusedURL := func() int {
+		return strings.Count(keeper.logs(), "blockers.prometheus.url: comes from the cluster's settings, but")
+	}
 	waitDone(t, ctx, plain, keeper)
 	if got := received(); len(got) > 0 {
 		t.Fatalf("the settings' server received %d requests (Authorization %q) from nodes that refused the settings", len(got), got)
