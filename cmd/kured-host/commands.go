@@ -13,6 +13,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/logging"
+	"github.com/kured-host/kured-host/daemon/printable"
 	"github.com/kured-host/kured-host/daemon/version"
 	"github.com/kured-host/kured-host/packaging"
 )
@@ -219,8 +220,10 @@ func report(err error, stderr io.Writer) int {
 	if stderr == io.Writer(os.Stderr) && logging.StderrIsJournal() {
 		prefix = "<3>"
 	}
+	// An error may quote the cluster (an API server's message, another
+	// node's claim, the settings): each line is made printable.
 	for _, line := range strings.Split(strings.TrimRight("kured-host: "+err.Error(), "\n"), "\n") {
-		fmt.Fprintln(stderr, prefix+line)
+		fmt.Fprintln(stderr, prefix+printable.String(line))
 	}
 	return code
 }

@@ -102,7 +102,9 @@ func writeClusterPart(w io.Writer, rendered []byte) error {
 			out.WriteString(header + "\n")
 			header = ""
 		}
-		out.WriteString(line + "\n")
+		// A valid regular expression may still hold a bidirectional
+		// control, which the TOML encoder writes as it is.
+		out.WriteString(printable.String(line) + "\n")
 	}
 	if err := sc.Err(); err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 
@@ -58,5 +59,17 @@ func TestShownSettings(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("shown settings lack %q:\n%s", want, got)
 		}
+	}
+}
+
+// TestReportPrintable: an error that quotes the cluster (an API server's
+// message, the settings) reaches the terminal escaped, line by line.
+func TestReportPrintable(t *testing.T) {
+	var b bytes.Buffer
+	if code := report(errors.New("paused by \x1b[2Jbob\nreason: \u202eevil"), &b); code != exitFailure {
+		t.Errorf("exit %d, want %d", code, exitFailure)
+	}
+	if want := "kured-host: paused by \\x1b[2Jbob\nreason: \\u202eevil\n"; b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/kured-host/kured-host/daemon/printable"
 )
 
 // Level is how a finding affects the daemon.
@@ -62,14 +64,16 @@ func (f Finding) String() string {
 const detailIndent = "     "
 
 // Render writes the finding's line and its indented detail.
+// Findings quote the cluster (API errors, the cluster's settings): what
+// a terminal would act on is escaped (daemon/printable).
 func Render(w io.Writer, f Finding) error {
 	var b strings.Builder
-	b.WriteString(f.String())
+	b.WriteString(printable.String(f.String()))
 	b.WriteByte('\n')
 	if d := strings.TrimRight(f.Detail, "\n"); d != "" {
 		for _, line := range strings.Split(d, "\n") {
 			if line != "" {
-				b.WriteString(detailIndent + line)
+				b.WriteString(detailIndent + printable.String(line))
 			}
 			b.WriteByte('\n')
 		}

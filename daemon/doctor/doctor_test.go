@@ -122,3 +122,17 @@ func TestClock(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderPrintable: a finding that quotes the cluster reaches the
+// terminal with its escapes shown, not acted on.
+func TestRenderPrintable(t *testing.T) {
+	var b strings.Builder
+	f := Finding{Level: Fail, Check: "settings", Message: "not valid: \x1b[2J\u202eevil", Detail: "line \x1b]0;x\x07\nnext"}
+	if err := Render(&b, f); err != nil {
+		t.Fatal(err)
+	}
+	want := "fail settings: not valid: \\x1b[2J\\u202eevil\n" + detailIndent + "line \\x1b]0;x\\x07\n" + detailIndent + "next\n"
+	if b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
+	}
+}

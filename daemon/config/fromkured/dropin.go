@@ -229,10 +229,8 @@ var tables = []string{
 	"reboot", "node", "node.pre_reboot_labels", "node.post_reboot_labels", "notify", "metrics", "log",
 }
 
-// cluster keys: set in a host's file, they override the cluster's settings.
-func clusterKey(full string) bool {
-	return full == "lock.concurrency" || strings.HasPrefix(full, "window.") || strings.HasPrefix(full, "blockers.")
-}
+// clusterKey: set in a host's file, it overrides the cluster's settings.
+func clusterKey(full string) bool { return config.IsClusterKey(full) }
 
 // secretKey: its value may carry credentials.
 func secretKey(full string) bool { return full == "notify.urls" || full == "blockers.prometheus.url" }
@@ -286,7 +284,7 @@ func (c *conv) header() []string {
 		"A comment names each kured flag above the keys it became. A value that kured-host's default already has is a comment only: its key is not set here.",
 	}
 	if c.sets(clusterKey) {
-		h = append(h, "lock.concurrency, [window] and [blockers] may be set once for the whole cluster instead (`kured-host settings apply -f FILE`); a key a host's file sets wins over the cluster's settings.")
+		h = append(h, "lock.concurrency, [window] and the blockers but for credentials and files may be set once for the whole cluster instead (`kured-host settings apply -f FILE`; docs/configuration.md lists the keys); a key a host's file sets wins over the cluster's settings.")
 	}
 	if c.sets(secretKey) {
 		h = append(h, "It holds notify or Prometheus URLs, which may carry credentials: keep it root-owned with mode 0600 (docs/configuration.md, Secrets).")
