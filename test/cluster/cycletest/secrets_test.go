@@ -59,6 +59,14 @@ func TestClusterSettingsSendNoSecret(t *testing.T) {
 		if err := steer.SetSettings(ctx, cp.Admin, text); err != nil {
 			t.Fatal(err)
 		}
+		// A node reads the settings from the API server's cache when
+		// its need comes: in a CI run that cache was still behind the
+		// write, the node joined under the old settings and never asked
+		// the server ("never asked the settings' server for alerts").
+		waitFor(t, ctx, "the settings in the API server's cache", func() bool {
+			cm, err := cp.Admin.CoreV1().ConfigMaps("kube-system").Get(ctx, "kured-host", metav1.GetOptions{ResourceVersion: "0"})
+			return err == nil && cm.Data[steer.KeySettings] == text
+		})
 	}
 	t.Cleanup(func() {
 		_ = cp.Admin.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), "kured-host", metav1.DeleteOptions{})
