@@ -52,6 +52,11 @@ func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) er
 	if len(blocked) > 0 {
 		d.reportBlocked(ctx, log, blocked)
 		log.Info("blocked after taking the slot; giving it back", "blocked_by", block.Summary(blocked))
+		// Recorded as an abort first: a slot released in the boot it
+		// was taken in is an abort, whoever reads the claim's history.
+		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseAborted }); err != nil {
+			return d.lost(ctx, log, c, err)
+		}
 		if err := d.Lock.Release(ctx); err != nil {
 			return err
 		}

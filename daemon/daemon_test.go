@@ -70,7 +70,7 @@ func TestShowQueue(t *testing.T) {
 	}{
 		{"just joined", lock.Status{State: claim.Waiting, Position: -1}, "waiting for a reboot slot"},
 		{"in the queue", lock.Status{State: claim.Waiting, Position: 2, Reason: "zone a is full"}, "waiting for a reboot slot: 2 ahead (zone a is full)"},
-		{"far back", lock.Status{State: claim.Waiting, Position: 16, Far: true, Reason: "far back in the queue"}, "waiting for a reboot slot: more than 16 ahead (far back in the queue)"},
+		{"behind the front", lock.Status{State: claim.Waiting, Position: -1, Behind: "n7", Reason: "behind the front of the queue"}, "waiting for a reboot slot: behind n7 (behind the front of the queue)"},
 		{"entering", lock.Status{State: claim.Entering, Position: -1, Reason: "verifying"}, "taking a reboot slot: verifying"},
 		{"taken", lock.Status{State: claim.Holding, Position: -1}, "before"},
 	}

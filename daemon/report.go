@@ -186,8 +186,8 @@ func (d *Daemon) setBlockersMetric(blocked []block.Blocked) {
 	d.Metrics.SetBlockers(kinds)
 }
 
-func (d *Daemon) setQueuePositionMetric(p int) {
+func (d *Daemon) setQueuePositionMetric(p float64) {
 	if d.Metrics != nil {
-		d.Metrics.QueuePosition.Set(float64(p))
+		d.Metrics.QueuePosition.Set(p)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/kured-host/kured-host/daemon/block"
@@ -245,15 +246,15 @@ func (d *Daemon) showQueue(st lock.Status) {
 		// Taken: the cycle's next step shows what it does with the slot.
 		// Shown here, it would read "waiting" for a moment.
 		return
-	case st.State == claim.Waiting && st.Far:
-		// The lock reads only the nearest nodes ahead: at least that
-		// many are ahead.
+	case st.State == claim.Waiting && st.Behind != "":
+		// Behind the front, the lock follows one node and does not read
+		// how many are ahead.
 		d.setStateMetric("waiting")
-		d.setQueuePositionMetric(st.Position)
-		d.setManagerStatus(fmt.Sprintf("waiting for a reboot slot: more than %d ahead (%s)", st.Position, st.Reason))
+		d.setQueuePositionMetric(math.NaN())
+		d.setManagerStatus(fmt.Sprintf("waiting for a reboot slot: behind %s (%s)", st.Behind, st.Reason))
 	case st.State == claim.Waiting && st.Position >= 0:
 		d.setStateMetric("waiting")
-		d.setQueuePositionMetric(st.Position)
+		d.setQueuePositionMetric(float64(st.Position))
 		d.setManagerStatus(fmt.Sprintf("waiting for a reboot slot: %d ahead (%s)", st.Position, st.Reason))
 	case st.State == claim.Entering:
 		d.setStateMetric("entering")

@@ -345,7 +345,10 @@ type Queue struct {
 	Admitted []string          // active claims, then admitted waiting ones
 	Waiting  []string          // every waiting claim, in queue order
 	Blocked  map[string]string // waiting node -> which limit keeps it out
-	Skipped  map[string]string // waiting node -> why it was passed over
+	// BlockedIn is, for each blocked node, the labels of every group
+	// domain full to it ("" for the whole cluster's concurrency).
+	BlockedIn map[string][]string
+	Skipped   map[string]string // waiting node -> why it was passed over
 }
 
 // Why a waiting node is passed over (Queue.Skipped).
@@ -369,7 +372,7 @@ func Eligibility(snap []Participant, now time.Time, ttl time.Duration, skip func
 // not work through the whole queue behind it on every change. Waiting
 // still lists every waiting claim.
 func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip func(name string) bool, last string) Queue {
-	q := Queue{Blocked: map[string]string{}, Skipped: map[string]string{}}
+	q := Queue{Blocked: map[string]string{}, BlockedIn: map[string][]string{}, Skipped: map[string]string{}}
 	var admitted, waiting []Participant
 	for _, p := range snap {
 		switch {
@@ -404,8 +407,8 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 			continue
 		}
 		r := indexed(w.Claim.Limits)
-		if why := blocks(w, r, admitted, theirs, bound, labels); why != "" {
-			q.Blocked[w.Name] = why
+		if why, in := blocks(w, r, admitted, theirs, bound, labels); why != "" {
+			q.Blocked[w.Name], q.BlockedIn[w.Name] = why, in
 			continue
 		}
 		admitted, theirs = append(admitted, w), append(theirs, r)
@@ -417,8 +420,9 @@ func EligibilityUpTo(snap []Participant, now time.Time, ttl time.Duration, skip 
 // blocks says which limit keeps w out of the admitted set, or "": the
 // limits of w (mine), of the admitted claims (theirs, index for index)
 // and of the waiting claimants in each domain, under labels (every label
-// a rule of the snapshot names).
-func blocks(w Participant, mine rules, admitted []Participant, theirs []rules, waiting claimed, labels labelSet) string {
+// a rule of the snapshot names). It also lists the labels of every
+// domain full to w, the first of which the reason names.
+func blocks(w Participant, mine rules, admitted []Participant, theirs []rules, waiting claimed, labels labelSet) (why string, full []string) {
 	// Indices, not copies: a waiting daemon decides every node ahead of it
 	// against every admitted one on each change it sees.
 	var in []int
@@ -433,131 +437,13 @@ func blocks(w Participant, mine rules, admitted []Participant, theirs []rules, w
 		}
 		lim, ok = waiting.bind(d, lim, ok)
 		if ok && len(in)+1 > lim {
-			return fmt.Sprintf("%s is full: %d of %d (%s)", d, len(in), lim, names(admitted, in))
-		}
-	}
-	return ""
-}
-
-// Full lists, by group label, the values whose domains the active claims
-// of snap fill by themselves, under the limits of those claims and of the
-// waiting claims of snap (as blocks counts them). A waiting claim in such
-// a domain is blocked whatever else the queue holds, since a larger
-// snapshot only adds admitted claims and claimants. So a node far back
-// may leave the waiting claims in such domains out of its read of the
-// queue ahead, if snap holds every active claim, its own, and every
-// waiting one that publishes other limits than its own: the queue then
-// admits it as it would over the whole queue (the fuzz test checks it).
-// The one difference: a claim left out that records a group value
-// other than its node's label (the node was relabelled while waiting)
-// does not bind that other domain; the node far back may then wait for a
-// claim ahead that the whole queue would keep out, which costs time,
-// never a limit.
-func Full(snap []Participant, now time.Time, ttl time.Duration) map[string][]string {
-	var active []Participant
-	for _, p := range snap {
-		if p.active(now, ttl) {
-			active = append(active, p)
-		}
-	}
-	bound := claimants(snap, now, ttl)
-	labels := ruleLabels(snap)
-	type count struct {
-		n, lim int
-		ok     bool // lim is set
-	}
-	in := map[domain]count{}
-	for _, p := range active {
-		r := indexed(p.Claim.Limits)
-		for _, d := range domainsOf(p, labels) {
-			if d.label != "" {
-				c := in[d]
-				c.n++
-				c.lim, c.ok = r.bind(d, c.lim, c.ok)
-				in[d] = c
+			if why == "" {
+				why = fmt.Sprintf("%s is full: %d of %d (%s)", d, len(in), lim, names(admitted, in))
 			}
+			full = append(full, d.label)
 		}
 	}
-	full := map[string][]string{}
-	for d, c := range in {
-		if lim, ok := bound.bind(d, c.lim, c.ok); ok && c.n >= lim {
-			full[d.label] = append(full[d.label], d.value)
-		}
-	}
-	for _, vs := range full {
-		slices.Sort(vs)
-	}
-	return full
-}
-
-// Crowded reports whether snap alone shows that the queue keeps self out,
-// whatever other waiting claims lie ahead of it: snap must hold every
-// active claim, self's, and every waiting one that publishes other limits
-// than self's, and may hold any part of the rest ahead. A node far back
-// then reads only a page of the claims ahead (a long queue's whole
-// ahead was a response the size of the queue, for each node far back).
-//
-// It counts the takers: waiting claims ahead of self that the queue does
-// not pass over (Ready, readable, not skipped), publishing self's limits,
-// and with self's values for every group label any claim of snap has a
-// rule for. In the queue's order each taker is admitted, and counts in
-// every domain self is in, or is blocked by a domain self is in too, at a
-// limit no looser than self meets there: admitted claims only accumulate
-// and the waiting claims bind both alike. So if, in one domain of self's
-// own limits, the active claims there and the takers reach the limit
-// self publishes for it, self is blocked. The fuzz test checks it against
-// the whole queue.
-func Crowded(snap []Participant, self string, now time.Time, ttl time.Duration, skip func(string) bool) bool {
-	i := slices.IndexFunc(snap, func(p Participant) bool { return p.Name == self })
-	if i < 0 {
-		return false
-	}
-	me := snap[i]
-	labels := ruleLabels(snap)
-	// The same values for every label: the same domains, sorted. Those of
-	// domainsOf are in the order of their labels, with at most two values
-	// for a label: one swap sorts them.
-	sorted := func(p Participant) []domain {
-		ds := domainsOf(p, labels)
-		for k := 1; k < len(ds); k++ {
-			if ds[k].label == ds[k-1].label && ds[k].value < ds[k-1].value {
-				ds[k], ds[k-1] = ds[k-1], ds[k]
-			}
-		}
-		return ds
-	}
-	mine := sorted(me)
-	digest := LimitsDigest(me.Claim.Limits)
-	takers := 0
-	for _, p := range snap {
-		if p.Name == self || p.Err != nil || p.Claim.State != Waiting || !p.Ready || !precedes(p, me) ||
-			(skip != nil && skip(p.Name)) || LimitsDigest(p.Claim.Limits) != digest {
-			continue
-		}
-		if slices.Equal(sorted(p), mine) {
-			takers++
-		}
-	}
-	if takers == 0 {
-		return false
-	}
-	own := indexed(me.Claim.Limits)
-	for _, d := range mine { // a domain under a label of another's rule only has no limit of own
-		lim, ok := own.bind(d, 0, false)
-		if !ok {
-			continue
-		}
-		active := 0
-		for j := range snap {
-			if snap[j].active(now, ttl) && d.contains(&snap[j]) {
-				active++
-			}
-		}
-		if active+takers >= lim {
-			return true
-		}
-	}
-	return false
+	return why, full
 }
 
 // Position is name's place among the waiting claims (0 = first), or -1.

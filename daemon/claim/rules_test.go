@@ -236,59 +236,6 @@ func TestYield(t *testing.T) {
 	}
 }
 
-// Crowded keeps a node out only on takers that the whole queue would let
-// go first or that a limit of its own would stop as well.
-func TestCrowded(t *testing.T) {
-	notReady := node("w1", Waiting, "b", 1, 10, 4)
-	notReady.Ready = false
-	otherZone := node("w1", Waiting, "c", 1, 10, 4)
-	stricter := node("w1", Waiting, "b", 1, 10, 2)
-	tests := []struct {
-		name string
-		snap []Participant
-		skip func(string) bool
-		want bool
-	}{
-		{"three of zone b hold and one waits ahead: b is full for me", []Participant{
-			node("h1", Holding, "b", -10, 10, 4), node("h2", Holding, "b", -9, 10, 4), node("h3", Holding, "b", -8, 10, 4),
-			node("w1", Waiting, "b", 1, 10, 4), node("me", Waiting, "b", 5, 10, 4)}, nil, true},
-		{"two hold: one taker leaves room", []Participant{
-			node("h1", Holding, "b", -10, 10, 4), node("h2", Holding, "b", -9, 10, 4),
-			node("w1", Waiting, "b", 1, 10, 4), node("me", Waiting, "b", 5, 10, 4)}, nil, false},
-		{"the one ahead is behind me", []Participant{
-			node("h1", Holding, "b", -10, 10, 4), node("h2", Holding, "b", -9, 10, 4), node("h3", Holding, "b", -8, 10, 4),
-			node("w1", Waiting, "b", 9, 10, 4), node("me", Waiting, "b", 5, 10, 4)}, nil, false},
-		{"the one ahead is not Ready", []Participant{
-			node("h1", Holding, "b", -10, 10, 4), node("h2", Holding, "b", -9, 10, 4), node("h3", Holding, "b", -8, 10, 4),
-			notReady, node("me", Waiting, "b", 5, 10, 4)}, nil, false},
-		{"the one ahead is passed over as silent", []Participant{
-			node("h1", Holding, "b", -10, 10, 4), node("h2", Holding, "b", -9, 10, 4), node("h3", Holding, "b", -8, 10, 4),
-			node("w1", Waiting, "b", 1, 10, 4), node("me", Waiting, "b", 5, 10, 4)}, func(n string) bool { return n == "w1" }, false},
-		{"the one ahead is in another zone", []Participant{
-			node("h1", Holding, "b", -10, 10, 4), node("h2", Holding, "b", -9, 10, 4), node("h3", Holding, "b", -8, 10, 4),
-			otherZone, node("me", Waiting, "b", 5, 10, 4)}, nil, false},
-		{"the one ahead publishes other limits", []Participant{
-			node("h1", Holding, "b", -10, 10, 4), node("h2", Holding, "b", -9, 10, 4), node("h3", Holding, "b", -8, 10, 4),
-			stricter, node("me", Waiting, "b", 5, 10, 4)}, nil, false},
-		{"nine hold across zones: one ahead fills the cluster", []Participant{
-			node("h1", Holding, "a", -10, 10, 4), node("h2", Holding, "a", -9, 10, 4), node("h3", Holding, "a", -8, 10, 4),
-			node("h4", Holding, "a", -7, 10, 4), node("h5", Holding, "c", -6, 10, 4), node("h6", Holding, "c", -5, 10, 4),
-			node("h7", Holding, "c", -4, 10, 4), node("h8", Holding, "c", -3, 10, 4), node("h9", Holding, "b", -2, 10, 4),
-			node("w1", Waiting, "b", 1, 10, 4), node("me", Waiting, "b", 5, 10, 4)}, nil, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := Crowded(tc.snap, "me", t0, 0, tc.skip); got != tc.want {
-				t.Errorf("Crowded = %v, want %v", got, tc.want)
-			}
-			// Never crowded where the queue admits the node.
-			if Crowded(tc.snap, "me", t0, 0, tc.skip) && EligibilityUpTo(tc.snap, t0, 0, tc.skip, "me").Eligible("me") {
-				t.Error("crowded, but the queue admits it")
-			}
-		})
-	}
-}
-
 // queueOf50 is the queue of issue 39: 50 waiting claims in zones a, b
 // and c, each publishing concurrency 2 and rulesEach group rules, the
 // zone at most 1 and the others over labels r1, r2, … that every node
@@ -377,7 +324,6 @@ func BenchmarkRules(b *testing.B) {
 		{"all-16-rules", queueOf50(MaxGroupRules, 0, false)},
 		{"all-1-rule", queueOf50(1, 0, false)},
 	} {
-		last := s.snap[len(s.snap)-1]
 		entering := slices.Clone(s.snap)
 		entering[len(entering)-1].Claim.State = Entering
 		b.Run(s.name+"/eligibility", func(b *testing.B) {
@@ -389,16 +335,6 @@ func BenchmarkRules(b *testing.B) {
 			self := entering[len(entering)-1]
 			for b.Loop() {
 				Verify(self, self.Claim.Limits, entering, t0, 0)
-			}
-		})
-		b.Run(s.name+"/full", func(b *testing.B) {
-			for b.Loop() {
-				Full(s.snap, t0, 0)
-			}
-		})
-		b.Run(s.name+"/crowded", func(b *testing.B) {
-			for b.Loop() {
-				Crowded(s.snap, last.Name, t0, 0, nil)
 			}
 		})
 	}

@@ -296,20 +296,11 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 		}
 		cur = l.current()
 	}
-	// Consistently, the active claims (the safety argument's read) and
-	// the waiting ones that publish other limits than this node's (they
-	// bind too, and lower a limit only if they differ); the other waiting
-	// ones (their place, for Yield) from the view of the queue, when this
-	// node has one; else read now with them (readQueue).
-	view := l.currentView()
-	var nodes []*corev1.Node
-	var err error
-	if view != nil && l.o.Now().Sub(view.at) < viewMaxAge {
-		nodes, _, err = l.listBinding(ctx, cur.claim.Limits, true)
-	} else {
-		nodes, _, err = l.readQueue(ctx, true, 0)
-		view = nil
-	}
+	// Consistently, the active claims (the safety argument's read), the
+	// waiting ones that publish other limits than this node's (they bind
+	// too, and lower a limit only if they differ) and the front (their
+	// place, for Yield).
+	nodes, _, err := l.listBinding(ctx, cur.claim.Limits, true, true)
 	if err != nil {
 		return claim.Verdict{}, fmt.Errorf("verify: %w", err)
 	}
@@ -333,13 +324,7 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	l.mu.Lock()
 	l.own.rv = self.ResourceVersion
 	l.mu.Unlock()
-	var ps []claim.Participant
-	if view != nil {
-		ps = view.withRead(l.bindingParticipants(nodes), cur.claim.Limits)
-	} else {
-		ps = l.claims.participants(nodes)
-	}
-	ps = l.distrust(l.applyReadiness(ps))
+	ps := l.distrust(l.applyReadiness(l.bindingClaims.participants(nodes)))
 	var me claim.Participant
 	for _, p := range ps {
 		if p.Name == l.o.Node {

@@ -28,9 +28,9 @@ const alarmFront = 3
 // with fewer than alarmFront waiting claims ahead of it that it does not
 // pass over. The Events have names nobody can predict (daemon/events), so
 // they cannot be shared: were every node that sees a stuck holder to
-// write one, a queue of 500 would write 500. Nodes further back, and those
-// far back, which read only a page of the queue (takeRoom), log the
-// alarm and count it in the metric, but write no Event. Every node reads
+// write one, a queue of 500 would write 500. Nodes further back in the
+// front log the alarm and count it in the metric, but write no Event;
+// nodes behind the front do not see it. Every node of the front reads
 // every active claim, so the front always sees the alarms about them;
 // claims not passed over are counted so that a front of NotReady or
 // silent nodes, whose daemons write nothing, does not keep every node

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/queue"
 )
 
 // TestLookReportsAlarmsAtTheFront: a holder stuck for two hours blocks
@@ -44,6 +45,7 @@ func TestLookReportsAlarmsAtTheFront(t *testing.T) {
 			for i := range tc.ahead {
 				at := server.Add(time.Duration(i-60) * time.Minute)
 				n := claimedNode(t, fmt.Sprintf("w%d", i), "zone-b", claim.Claim{State: claim.Waiting, Since: at, Updated: at, Limits: limits})
+				n.Labels[queue.FrontLabel] = string(queue.RoleIn) // the front is what a node reads
 				if i < tc.notReady {
 					n.Status.Conditions[0].Status = corev1.ConditionFalse
 				}
@@ -61,12 +63,12 @@ func TestLookReportsAlarmsAtTheFront(t *testing.T) {
 			if _, _, err := l.Own(ctx); err != nil {
 				t.Fatal(err)
 			}
-			snap, _, err := l.snapshot(ctx, true)
+			snap, err := l.frontSnapshot(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, _, done, err := l.look(ctx, snap, server); err != nil || done {
-				t.Fatalf("look: done %v, err %v; want waiting behind the stuck holder", done, err)
+			if _, admitted := l.look(ctx, snap, server); admitted {
+				t.Fatal("look: admitted; want waiting behind the stuck holder")
 			}
 			if len(rec.current) != 1 || rec.current[0].Node != "holder" || rec.current[0].State != claim.Holding {
 				t.Fatalf("current alarms %+v, want the holder's", rec.current)

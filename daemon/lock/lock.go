@@ -1,7 +1,8 @@
 // Package lock is the slot lock against the Kubernetes API: each node keeps
 // its claim on its own Node object, with its own credentials, and takes one
 // of the reboot slots by the protocol of docs/claims.md: join (waiting),
-// wait until eligible (from a watch of the claimed nodes only), announce
+// wait until eligible (in the front of its class, from a watch of the
+// active claims and the front; behind it, following one node), announce
 // (entering), verify from a consistent List, commit (holding) or step back,
 // and release after the reboot. Every write is conditional on the Node
 // being as this daemon last read or wrote it.
@@ -39,7 +40,7 @@ var (
 // Options configure a Lock.
 type Options struct {
 	Client kubernetes.Interface // the node's own credentials
-	// Metadata, with the same credentials, reads the queue from far back
+	// Metadata, with the same credentials, reads and watches the queue
 	// as object metadata only (labels and annotations hold the claims),
 	// without the Nodes' status; nil reads whole Nodes.
 	Metadata metadata.Interface
@@ -112,20 +113,12 @@ type Lock struct {
 	// failures counts writes in a row that failed other than by a
 	// conflict, for back-off.
 	failures int
-	// claims caches the parsed claims of the last whole read of the
-	// queue; bindingClaims, of the last read of the claims that bind
-	// (listBinding).
+	// claims caches the parsed claims of the front's last snapshot;
+	// bindingClaims, of verify's last read.
 	claims, bindingClaims claimCache
-	// view is the last read of the queue, kept up to date.
-	view *queueView
 	// nodes is the cluster's node count as last read (clusterSize), 0
 	// before: it paces the join.
 	nodes int
-	// nearSpan is the width of places (ms) that held the window's worth
-	// of claims nearest ahead in the last read of them (readNearest), for
-	// this node waiting since nearSince.
-	nearSpan  int64
-	nearSince time.Time
 	// ready is what this daemon last read of other nodes' readiness,
 	// when it reads the queue as metadata.
 	ready readiness
@@ -135,10 +128,9 @@ type Lock struct {
 type Status struct {
 	State    claim.State
 	Position int // place among the waiting nodes, from 0; -1 when not waiting
-	// Far: far back in a long queue, where only the nearest waiting
-	// nodes ahead are read; Position is then how many of them, fewer than
-	// are ahead.
-	Far    bool
+	// Behind names the node this one follows, behind the front of the
+	// queue (docs/claims.md): Position is then not known.
+	Behind string
 	Reason string // why it is not yet taking a slot
 }
 
@@ -176,10 +168,11 @@ func New(o Options) *Lock {
 // kernel update at once were that roll's busiest second (495 in one
 // second at 500 nodes, before any pacing). It does not wait for the
 // first: a daemon that starts in the boot after its reboot still holds
-// its slot, and the count would only delay the release. Otherwise the watch of
-// the claimed nodes starts when this node waits near the front of the
-// queue and stops when it does not need it, so that a node that needs no
-// reboot, or is far back, costs the API server nothing.
+// its slot, and the count would only delay the release. Otherwise the
+// watches start when this node waits (of its predecessor behind the
+// front, of the front and the active claims in it) and stop when it does
+// not need them, so that a node that needs no reboot costs the API server
+// nothing.
 func (l *Lock) Start(ctx context.Context) error {
 	l.base = ctx
 	go l.keepCount(ctx)

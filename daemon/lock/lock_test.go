@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,13 +10,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/queue"
 )
 
 // The protocol itself is tested on a real API server in
@@ -58,132 +57,6 @@ func rules(prefix string, n int) []claim.GroupLimit {
 		out[i] = claim.GroupLimit{Label: fmt.Sprintf("example.com/%s-%d", prefix, i), Max: 1}
 	}
 	return out
-}
-
-// TestWindow: the nodes that watch are the next round and windowSpare
-// more, never fewer than minWindow: a larger concurrency adds its own
-// round, not twice it (every watching node receives every change of an
-// active claim).
-func TestWindow(t *testing.T) {
-	for _, tc := range []struct{ concurrency, want int }{
-		{0, minWindow}, {1, minWindow}, {5, minWindow}, {10, minWindow},
-		{11, 17}, {20, 26}, {100, 106},
-	} {
-		l := New(Options{Limits: claim.Limits{Concurrency: tc.concurrency}})
-		if got := l.window(); got != tc.want {
-			t.Errorf("concurrency %d: window %d, want %d", tc.concurrency, got, tc.want)
-		}
-	}
-}
-
-// TestFarPace: a node far back reads the queue a few times per wait,
-// whatever the length of the queue: first doubling from 2 s, then about
-// half the expected time to reach the window at the rate observed.
-func TestFarPace(t *testing.T) {
-	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		name  string
-		reads []struct {
-			at    time.Duration
-			ahead int
-		}
-		want []time.Duration
-	}{
-		{"unknown rate doubles", []struct {
-			at    time.Duration
-			ahead int
-		}{{0, 40}, {2 * time.Second, 40}, {6 * time.Second, 40}}, []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second}},
-		{"a quarter of the expected wait at the observed rate", []struct {
-			at    time.Duration
-			ahead int
-		}{{0, 100}, {20 * time.Second, 90}}, []time.Duration{2 * time.Second, 45 * time.Second}},
-		{"the fastest rate seen counts", []struct {
-			at    time.Duration
-			ahead int
-		}{{0, 100}, {100 * time.Second, 90}, {190 * time.Second, 80}, {200 * time.Second, 70}}, []time.Duration{2 * time.Second, 225 * time.Second, 180 * time.Second, 17500 * time.Millisecond}},
-		{"unknown rate doubles up to a minute", []struct {
-			at    time.Duration
-			ahead int
-		}{{0, 40}, {2 * time.Second, 40}, {6 * time.Second, 40}, {14 * time.Second, 40}, {30 * time.Second, 40}, {62 * time.Second, 40}, {122 * time.Second, 40}}, []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute}},
-		{"at most 30 minutes", []struct {
-			at    time.Duration
-			ahead int
-		}{{0, 500}, {5 * time.Hour, 499}}, []time.Duration{2 * time.Second, 30 * time.Minute}},
-		{"at least a second", []struct {
-			at    time.Duration
-			ahead int
-		}{{0, 10}, {time.Second, 1}}, []time.Duration{2 * time.Second, time.Second}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var f farPace
-			for i, r := range tc.reads {
-				if got := f.next(r.ahead, t0.Add(r.at)); got != tc.want[i] {
-					t.Errorf("read %d (+%s, %d ahead): wait %s, want %s", i, r.at, r.ahead, got, tc.want[i])
-				}
-			}
-		})
-	}
-}
-
-// TestFarPaceReadsPerWait: over a whole wait at a steady rate, the number
-// of reads hardly depends on how far back the node starts.
-func TestFarPaceReadsPerWait(t *testing.T) {
-	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
-	perPosition := 30 * time.Second // one node of the queue goes every 30 s
-	reads := func(start int) int {
-		var f farPace
-		now, n := t0, 0
-		for {
-			ahead := start - int(now.Sub(t0)/perPosition)
-			if ahead <= 0 {
-				return n
-			}
-			n++
-			now = now.Add(f.next(ahead, now))
-		}
-	}
-	for _, start := range []int{10, 100, 1000} {
-		t.Logf("%4d positions to go: %d reads", start, reads(start))
-	}
-	if r10, r1000 := reads(10), reads(1000); r1000 > 3*r10+10 {
-		t.Errorf("%d reads from 1000 positions back against %d from 10: not far from linear in the wait", r1000, r10)
-	}
-}
-
-func TestMarkLeft(t *testing.T) {
-	since := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
-	mark := participantMark{name: "n1", since: since}
-	ann := func(c claim.Claim) string {
-		s, err := c.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	limits := claim.Limits{Concurrency: 1}
-	for _, tc := range []struct {
-		name              string
-		label, annotation string
-		want              bool
-	}{
-		{"still waiting in its place", "waiting", ann(claim.Claim{Since: since, Limits: limits}), false},
-		{"announced", "entering", ann(claim.Claim{Since: since, Limits: limits}), true},
-		{"holding", "holding", ann(claim.Claim{Since: since, Limits: limits}), true},
-		{"left and came back", "waiting", ann(claim.Claim{Since: since.Add(time.Minute), Limits: limits}), true},
-		{"no claim", "", "", true},
-		{"unreadable", "waiting", "{", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			n := &metav1.ObjectMeta{Name: "n1", Labels: map[string]string{}, Annotations: map[string]string{}}
-			if tc.label != "" {
-				n.Labels[claim.Label] = tc.label
-				n.Annotations[claim.Annotation] = tc.annotation
-			}
-			if got := markLeft(n, mark); got != tc.want {
-				t.Errorf("markLeft = %v, want %v", got, tc.want)
-			}
-		})
-	}
 }
 
 // alarmRecorder is an AlarmReporter that remembers what it was told.
@@ -274,7 +147,7 @@ func TestForgedFutureHolder(t *testing.T) {
 					t.Errorf("alarm %+v", a)
 				}
 			}
-			snap, _, err := l.snapshot(ctx, false)
+			snap, err := l.frontSnapshot(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -300,83 +173,6 @@ func TestClockToleranceDefault(t *testing.T) {
 	}
 	if l := New(Options{AlarmAge: time.Hour, EnteringAlarmAge: 10 * time.Minute, TTL: 4 * time.Minute}); l.o.ClockTolerance != 2*time.Minute {
 		t.Errorf("with a TTL of 4m: tolerance %s, want 2m", l.o.ClockTolerance)
-	}
-}
-
-// TestFarBackStaleView: a node far back sees room for it from the active
-// claims and its last read of the queue. Nodes that took a slot and lost
-// it within one poll (an admin removed their claims, and they joined
-// again, behind) were never seen active; and an admin removed a claim
-// that was not believed (it bound everyone to concurrency 1). In both
-// cases the slot is free to this node at the first read of the active
-// claims (CI's seeds 130, and 700, 703, 997: a slot idle 41 to 48 s): the
-// waiting nodes of the last read do not count, and the claim not believed
-// is read again.
-func TestFarBackStaleView(t *testing.T) {
-	server := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
-	own := claim.Limits{Concurrency: 2, Groups: []claim.GroupLimit{{Label: config.ZoneLabel, Max: 1}}}
-	waiting := func(name, zone string, since time.Duration) *corev1.Node {
-		return claimedNode(t, name, zone, claim.Claim{State: claim.Waiting, Since: server.Add(since), Updated: server.Add(since), Limits: own})
-	}
-	acquired := server.Add(-time.Minute)
-	holder := claimedNode(t, "holder", "zone-a", claim.Claim{State: claim.Holding, Since: server.Add(-time.Hour), Updated: acquired,
-		Acquired: &acquired, Limits: own, Groups: map[string]string{config.ZoneLabel: "zone-a"}, BootID: "b", Phase: claim.PhaseRebooting})
-	// Updated an hour ahead: not believed.
-	forged := claimedNode(t, "forged", "zone-c", claim.Claim{State: claim.Waiting, Since: server.Add(-50 * time.Minute), Updated: server.Add(time.Hour), Limits: own})
-	for _, tc := range []struct {
-		name string
-		// last is the last read of the queue; now, the Nodes as they are.
-		last, now []*corev1.Node
-	}{
-		{"two nodes ahead joined again behind",
-			[]*corev1.Node{holder, waiting("b1", "zone-b", -40*time.Minute), waiting("b2", "zone-b", -39*time.Minute), waiting("me", "zone-b", -30*time.Minute)},
-			[]*corev1.Node{holder, waiting("b1", "zone-b", -1*time.Minute), waiting("b2", "zone-b", -1*time.Minute), waiting("me", "zone-b", -30*time.Minute)}},
-		{"a claim not believed was removed",
-			[]*corev1.Node{holder, forged, waiting("me", "zone-b", -30*time.Minute)},
-			[]*corev1.Node{holder, claimedNode(t, "forged", "zone-c", claim.Claim{}), waiting("me", "zone-b", -30*time.Minute)}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			objs := make([]runtime.Object, 0, len(tc.now))
-			for _, n := range tc.now {
-				n = n.DeepCopy()
-				if n.Labels[claim.Label] == "" {
-					delete(n.Labels, claim.Label)
-					delete(n.Annotations, claim.Annotation)
-				}
-				objs = append(objs, n)
-			}
-			l := New(Options{
-				Client: fake.NewClientset(objs...), Node: "me", Limits: own, ClockTolerance: 5 * time.Minute,
-				Now: func() time.Time { return server }, ServerNow: func() time.Time { return server },
-			})
-			last := l.distrust(Participants(tc.last, server, 5*time.Minute))
-			if q := claim.EligibilityUpTo(last, server, 0, l.silent(server), "me"); q.Eligible("me") {
-				t.Fatal("eligible in the last read already: the test proves nothing")
-			}
-			if !l.roomNow(context.Background(), newQueueView(last, server)) {
-				t.Errorf("no room seen at the first read of the active claims")
-			}
-		})
-	}
-}
-
-// TestNearestAhead: the waiting claims of a partial read, in queue order,
-// without this node's own, the active ones and those that cannot be read.
-func TestNearestAhead(t *testing.T) {
-	t0 := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
-	p := func(name string, state claim.State, since time.Duration, err error) claim.Participant {
-		return claim.Participant{Name: name, Ready: true, Err: err, Claim: claim.Claim{State: state, Since: t0.Add(since)}}
-	}
-	snap := []claim.Participant{
-		p("c", claim.Waiting, 2*time.Second, nil),
-		p("me", claim.Waiting, 3*time.Second, nil),
-		p("a", claim.Waiting, time.Second, nil),
-		p("held", claim.Holding, 0, nil),
-		p("broken", claim.Waiting, time.Second, errors.New("cannot be read")),
-		p("b", claim.Waiting, time.Second, nil),
-	}
-	if got, want := nearestAhead(snap, "me"), []string{"a", "b", "c"}; !slices.Equal(got, want) {
-		t.Errorf("nearestAhead = %v, want %v", got, want)
 	}
 }
 
@@ -419,32 +215,88 @@ func TestStatusChanged(t *testing.T) {
 	}
 }
 
-// TestExcludeSelector: the terms leave out the full groups' nodes, in a
-// fixed order, and pass over what a selector cannot name (a claim written
-// by another hand may publish any label or value): the read is then
-// larger, never refused.
-func TestExcludeSelector(t *testing.T) {
-	zone := "topology.kubernetes.io/zone"
+// waitingNode is a node with a waiting claim as a daemon writes it: the
+// digest and place labels, and role's front label.
+func waitingNode(t *testing.T, name, zone string, c claim.Claim, role queue.Role) *corev1.Node {
+	t.Helper()
+	c.State = claim.Waiting
+	n := claimedNode(t, name, zone, c)
+	n.Labels[claim.LimitsLabel], n.Labels[claim.SinceLabel] = claim.LimitsDigest(c.Limits), claim.SinceValue(c.Since)
+	if role != queue.RoleBehind {
+		n.Labels[queue.FrontLabel] = string(role)
+	}
+	return n
+}
+
+// TestFindAhead: a node behind the front finds the nearest live
+// member of its class ahead of it with a label selector the API server
+// serves (the fake evaluates it as one does): not a member of another
+// zone or of other limits, not one behind it, not one its watch last
+// read NotReady; it reads wider spans back until one holds a member,
+// and says whether that one heads the class only when the read reached
+// the class's first place.
+func TestFindAhead(t *testing.T) {
+	server := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+	own := claim.Limits{Concurrency: 3, Groups: []claim.GroupLimit{{Label: config.ZoneLabel, Max: 1}}}
+	at := func(d time.Duration) claim.Claim {
+		return claim.Claim{Since: server.Add(d), Updated: server.Add(d), Limits: own}
+	}
+	me := waitingNode(t, "me", "zone-a", at(0), queue.RoleBehind)
 	tests := []struct {
-		name string
-		full map[string][]string
-		want string
+		name     string
+		others   []*corev1.Node
+		notReady []string
+		want     string
+		head     bool
 	}{
-		{"none full", nil, ""},
-		{"one zone", map[string][]string{zone: {"a"}}, "," + zone + " notin (a)"},
-		{"two labels, sorted", map[string][]string{zone: {"a", "b"}, "rack": {"r1"}}, ",rack notin (r1)," + zone + " notin (a,b)"},
-		{"a value no selector can name", map[string][]string{zone: {"a b", "", "c"}}, "," + zone + " notin (c)"},
-		{"only such values", map[string][]string{zone: {"a,b)"}}, ""},
-		{"a label no selector can name", map[string][]string{"bad label": {"a"}, zone: {"a"}}, "," + zone + " notin (a)"},
+		{"alone", nil, nil, "", false},
+		{"the nearest of its class, in the first span", []*corev1.Node{
+			waitingNode(t, "a1", "zone-a", at(-time.Second), queue.RoleBehind),
+			waitingNode(t, "a2", "zone-a", at(-1500*time.Millisecond), queue.RoleEdge),
+			waitingNode(t, "b1", "zone-b", at(-100*time.Millisecond), queue.RoleBehind),
+			waitingNode(t, "a3", "zone-a", at(time.Second), queue.RoleBehind),
+		}, nil, "a1", false},
+		{"far ahead: the widest read, which heads the class", []*corev1.Node{
+			waitingNode(t, "a1", "zone-a", at(-time.Hour), queue.RoleIn),
+		}, nil, "a1", true},
+		{"other limits are another class", []*corev1.Node{
+			waitingNode(t, "x", "zone-a", claim.Claim{Since: server.Add(-time.Second), Updated: server, Limits: claim.Limits{Concurrency: 2}}, queue.RoleBehind),
+		}, nil, "", false},
+		{"a member read NotReady is passed over", []*corev1.Node{
+			waitingNode(t, "a1", "zone-a", at(-time.Minute), queue.RoleBehind),
+			waitingNode(t, "a2", "zone-a", at(-time.Second), queue.RoleBehind),
+		}, []string{"a2"}, "a1", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := excludeSelector(tt.full)
-			if got != tt.want {
-				t.Fatalf("excludeSelector(%v) = %q, want %q", tt.full, got, tt.want)
+			objs := []runtime.Object{me}
+			for _, n := range tt.others {
+				if slices.Contains(tt.notReady, n.Name) {
+					n = n.DeepCopy()
+					n.Status.Conditions[0].Status = corev1.ConditionFalse
+				}
+				objs = append(objs, n)
 			}
-			if _, err := labels.Parse(claim.AheadSelector(time.Unix(1, 0)) + got); err != nil {
-				t.Fatalf("the selector does not parse: %v", err)
+			client := fake.NewClientset(objs...)
+			l := New(Options{
+				Client: client,
+				Node:   "me", Limits: own, ClockTolerance: 5 * time.Minute,
+				Now: func() time.Time { return server }, ServerNow: func() time.Time { return server },
+			})
+			ctx := context.Background()
+			if _, _, err := l.Own(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ahead, last, err := l.findAhead(ctx, l.self(), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, head := "", false
+			if len(ahead) > 0 {
+				got, head = ahead[0].Name, last && len(ahead) == 1
+			}
+			if got != tt.want || head != tt.head {
+				t.Errorf("predecessor %q, head %v; want %q, head %v", got, head, tt.want, tt.head)
 			}
 		})
 	}

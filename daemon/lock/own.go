@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/queue"
 )
 
 // ownClaim is the node's claim as this daemon last read or wrote it.
@@ -105,7 +106,7 @@ var errConflict = errors.New("node changed since it was read")
 // and the annotation change together. An error other than errConflict
 // leaves the outcome unknown: callers re-read with Own.
 func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (claim.Claim, error) {
-	return l.writeNode(ctx, state, c, keepSchedule)
+	return l.writeClaim(ctx, state, c, keepSchedule, queue.RoleOf(l.current().labels))
 }
 
 // scheduling is what a claim write does to the node's cordon.
@@ -117,15 +118,22 @@ const (
 	uncordonNode            // both removed
 )
 
-// writeNode is write, cordoning or uncordoning the node in the same patch.
-func (l *Lock) writeNode(ctx context.Context, state claim.State, c claim.Claim, sched scheduling) (claim.Claim, error) {
+// writeClaim is write, cordoning or uncordoning the node in the same
+// patch, with the front label role (none for RoleBehind). A claim that
+// announces from the front keeps its label until it is released: the
+// watchers of the front then see it go from waiting to entering in one
+// event of one watch, where its leaving the front's watch before it came
+// into the active claims' left a moment in which it was in neither, and a
+// node behind it announced in that moment (TestPauseAndHold). Every write
+// takes the stopped label off: the daemon runs.
+func (l *Lock) writeClaim(ctx context.Context, state claim.State, c claim.Claim, sched scheduling, role queue.Role) (claim.Claim, error) {
 	cur := l.current()
 	if state != "" && cur.err != nil {
 		// Built on a claim this daemon cannot read (an admin's edit): what
 		// it would write is a guess. Only a removal is safe.
 		return claim.Claim{}, fmt.Errorf("%w: %v", ErrLost, cur.err)
 	}
-	var label, ann, digest, since any // nil removes
+	var label, ann, digest, since, front any // nil removes
 	if state != "" {
 		c.State = state
 		// The API server's clock, as this host estimates it: the readers
@@ -141,11 +149,15 @@ func (l *Lock) writeNode(ctx context.Context, state claim.State, c claim.Claim, 
 		if state == claim.Waiting {
 			digest, since = claim.LimitsDigest(c.Limits), claim.SinceValue(c.Since)
 		}
+		if role != queue.RoleBehind {
+			front = string(role)
+		}
 	}
 	patch := map[string]any{"metadata": map[string]any{
 		"resourceVersion": cur.rv,
-		"labels":          map[string]any{claim.Label: label, claim.LimitsLabel: digest, claim.SinceLabel: since},
-		"annotations":     map[string]any{claim.Annotation: ann},
+		"labels": map[string]any{claim.Label: label, claim.LimitsLabel: digest, claim.SinceLabel: since,
+			queue.FrontLabel: front, queue.StoppedLabel: nil},
+		"annotations": map[string]any{claim.Annotation: ann},
 	}}
 	if sched != keepSchedule {
 		claim.SetCordon(patch, sched == cordonNode)
@@ -254,7 +266,7 @@ func (l *Lock) Cordon(ctx context.Context) (was bool, err error) {
 		if was {
 			sched = keepSchedule
 		}
-		_, err := l.writeNode(ctx, claim.Holding, c, sched)
+		_, err := l.writeClaim(ctx, claim.Holding, c, sched, queue.RoleOf(cur.labels))
 		if err == nil {
 			return was, nil
 		}
@@ -308,7 +320,7 @@ func (l *Lock) release(ctx context.Context, sched scheduling) error {
 			// alone until an admin fixes it.
 			return fmt.Errorf("%w: %v", ErrUnreadable, cur.err)
 		}
-		_, err := l.writeNode(ctx, "", claim.Claim{}, sched)
+		_, err := l.writeClaim(ctx, "", claim.Claim{}, sched, queue.RoleBehind)
 		if err == nil {
 			l.stopWatch()
 			l.log.Info("released the claim", "was", string(cur.state))

@@ -2,6 +2,9 @@ package lock
 
 import (
 	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sync"
 	"time"
 
@@ -95,17 +98,15 @@ func (l *Lock) applyReadiness(ps []claim.Participant) []claim.Participant {
 	return ps
 }
 
-// probeAhead reads the Node of each waiting node ahead of this one that
+// probeAhead reads the readiness of each waiting node ahead of this one that
 // the queue lets go but that has not announced for readyProbe (at once if
 // eager: the slot has been seen free for a while already), and again
 // every readyReprobe while it still has not, and of each one last read
-// NotReady, every readyReprobe. The read shows its claim as it is (it may
-// have left the queue, or joined again behind, since the view was read)
-// and its readiness. It reports whether a node was read, and when the
-// next read is due (0: none).
-func (l *Lock) probeAhead(ctx context.Context, v *queueView, q claim.Queue, now time.Time, eager bool) (read bool, next time.Duration) {
-	if v == nil {
-		return false, 0
+// NotReady, every readyReprobe. It reports whether a node was read, and
+// when the next read is due (0: none).
+func (l *Lock) probeAhead(ctx context.Context, q claim.Queue, now time.Time, eager bool) (read bool, next time.Duration) {
+	if l.o.Metadata == nil {
+		return false, 0 // whole Nodes carry their readiness
 	}
 	l.mu.Lock()
 	first := copyTimes(l.firstEligible)
@@ -141,7 +142,7 @@ func (l *Lock) probeAhead(ctx context.Context, v *queueView, q claim.Queue, now 
 			}
 			continue
 		}
-		if l.readInto(ctx, v, n) {
+		if l.readReady(ctx, n) {
 			read = true
 		}
 		if next == 0 || readyReprobe < next {
@@ -149,4 +150,22 @@ func (l *Lock) probeAhead(ctx context.Context, v *queueView, q claim.Queue, now 
 		}
 	}
 	return read, next
+}
+
+// readReady reads node name's readiness (a GET from the API server's
+// cache); it reports whether the read succeeded. A node gone is taken as
+// Ready: the watch tells its claim is gone.
+func (l *Lock) readReady(ctx context.Context, name string) bool {
+	node, err := l.o.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})
+	switch {
+	case apierrors.IsNotFound(err):
+		l.ready.note(name, true, l.o.Now())
+		return true
+	case err != nil:
+		l.ready.touch(name, l.o.Now())
+		l.log.Debug("cannot read a node of the queue", "node", name, "err", err)
+		return false
+	}
+	l.ready.note(name, nodeReady(node), l.o.Now())
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 	"sync"
 	"time"
 
@@ -16,10 +17,11 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 )
 
-// nodeWatch is the watch of the claims that bind this node: one informer
-// on the active claims (activeSelector), one on the waiting ones that
-// publish other limits than this node's (otherLimitsSelector). They are
-// few, where the claimed nodes are the whole queue.
+// nodeWatch is the watch of a node in the front of the queue: one
+// informer on the active claims (activeSelector), one on the waiting ones
+// that publish other limits than this node's (otherLimitsSelector), one
+// on the front (frontSelector). They are few, where the claimed nodes are
+// the whole queue.
 type nodeWatch struct {
 	// own is the digest of the limits it was set up for.
 	own string
@@ -47,17 +49,38 @@ type watchPart struct {
 	failedAt time.Time
 }
 
-// list is what the informers hold.
+// list is what the informers hold, each node once, as the newest
+// version any of them has (a member of the front that announced is in
+// the front's and the active claims' caches, one of which may lag).
 func (w *nodeWatch) list() []*corev1.Node {
 	var out []*corev1.Node
+	at := map[string]int{}
 	for _, p := range w.parts {
 		for _, obj := range p.inf.GetIndexer().List() {
-			if n, ok := obj.(*corev1.Node); ok {
+			n, ok := obj.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			i, seen := at[n.Name]
+			switch {
+			case !seen:
+				at[n.Name] = len(out)
 				out = append(out, n)
+			case newer(n.ResourceVersion, out[i].ResourceVersion):
+				out[i] = n
 			}
 		}
 	}
 	return out
+}
+
+// newer reports whether resourceVersion a is later than b. They are
+// opaque to clients, but the API server's are etcd's revisions, decimal
+// integers; anything else is not taken as newer.
+func newer(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x > y
 }
 
 func (w *nodeWatch) synced() bool {
@@ -69,17 +92,23 @@ func (w *nodeWatch) synced() bool {
 	return true
 }
 
-// watchQuiet is how long a watch may deliver nothing before the queue is
-// read directly once more: a watch that stalls without failing (resumed
-// after a compaction, behind a lagging cache) must not hide a freed slot
-// for longer than the bound docs/claims.md states.
-const watchQuiet = 15 * time.Second
+// watchQuiet is how long a watch may deliver nothing before the front is
+// read directly once: a watch can stall without failing (resumed after a
+// compaction, behind a lagging cache). It is the slow resync: a slot
+// freed in a quiet front wakes the watch anyway.
+const watchQuiet = resyncEvery
 
-// quiet reports whether the watch has delivered nothing for watchQuiet.
+// quiet reports whether the watch has delivered nothing for watchQuiet,
+// and counts the read it calls for as an event: the next is due a
+// watchQuiet later.
 func (w *nodeWatch) quiet() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.now().Sub(w.lastEvent) >= watchQuiet
+	if w.now().Sub(w.lastEvent) < watchQuiet {
+		return false
+	}
+	w.lastEvent = w.now()
+	return true
 }
 
 // watchSettle is how long a watch must go without failing before its
@@ -123,7 +152,7 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 		return nil
 	}
 	own := l.current().claim.Limits
-	nw, err := l.newNodeWatch(claim.LimitsDigest(own), activeSelector, otherLimitsSelector(own))
+	nw, err := l.newNodeWatch(claim.LimitsDigest(own), activeSelector, otherLimitsSelector(own), frontSelector)
 	if err != nil {
 		return fmt.Errorf("watch claimed nodes: %w", err)
 	}

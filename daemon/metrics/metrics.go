@@ -22,8 +22,9 @@ type Metrics struct {
 	ClaimAlarms *prometheus.GaugeVec
 	// State is 1 for the state this node's cycle is in, 0 for the others.
 	State *prometheus.GaugeVec
-	// QueuePosition is the number of waiting nodes ahead of this one; -1
-	// when it is not waiting.
+	// QueuePosition is the number of waiting nodes ahead of this one in
+	// the front of the queue; NaN behind the front (not known); -1 when
+	// it is not waiting.
 	QueuePosition prometheus.Gauge
 	// SlotWait is the time from joining the queue to holding a slot.
 	SlotWait prometheus.Histogram
@@ -72,7 +73,7 @@ func New() *Metrics {
 	}, []string{"state"})
 	m.QueuePosition = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "kured_host", Name: "queue_position",
-		Help: "Waiting nodes ahead of this one in the queue for a reboot slot (far back in a long queue, a lower bound: only the nearest are read); -1 when not waiting.",
+		Help: "Waiting nodes ahead of this one in the front of the queue for a reboot slot; NaN behind the front, where it is not read; -1 when not waiting.",
 	})
 	// Waits and reboots are minutes to hours; drains seconds to an hour.
 	m.SlotWait = prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -30,7 +31,10 @@ func member(p claim.Participant, c Class) bool {
 // many members of its class ahead of it count, and the role that gives.
 // counts says which members count: the live ones, but not those the view
 // shows blocked only in a domain of a rule the class does not name, which
-// hold no one behind them back.
+// hold no one behind them back. The edge reaches one place further back
+// than its definition, so that a member that comes into the front ahead
+// of it (its daemon restarted, its Node Ready again) does not send it
+// back to following and then forward again.
 func Standing(self claim.Participant, view []claim.Participant, counts func(claim.Participant) bool) (Role, int) {
 	c, ahead := ClassOf(self), 0
 	for _, p := range view {
@@ -38,31 +42,31 @@ func Standing(self claim.Participant, view []claim.Participant, counts func(clai
 			ahead++
 		}
 	}
-	switch w := Width(self.Claim.Limits); {
+	switch w := c.Width(self.Claim.Limits); {
 	case ahead < w:
 		return RoleIn, ahead
-	case ahead == w:
+	case ahead <= w+1:
 		return RoleEdge, ahead
 	default:
 		return RoleBehind, ahead
 	}
 }
 
-// Predecessor is the member of self's class nearest ahead of it among
-// those a read found, or false when none is ahead.
-func Predecessor(self claim.Participant, found []claim.Participant) (claim.Participant, bool) {
+// Ahead lists the live members of self's class ahead of it among those
+// a read found, nearest first: the first is its predecessor, the rest
+// whom it follows next if that one cannot go. A member that cannot go
+// (NotReady, stopped) is no one's predecessor: the node behind it
+// follows the next one ahead, or enters the front when there is none.
+func Ahead(self claim.Participant, found []claim.Participant) []claim.Participant {
 	c := ClassOf(self)
-	var best claim.Participant
-	ok := false
+	var ahead []claim.Participant
 	for _, p := range found {
-		if p.Name == self.Name || !member(p, c) || claim.QueueOrder(p, self) >= 0 {
-			continue
-		}
-		if !ok || claim.QueueOrder(p, best) > 0 {
-			best, ok = p, true
+		if p.Name != self.Name && member(p, c) && Live(p, nil) && claim.QueueOrder(p, self) < 0 {
+			ahead = append(ahead, p)
 		}
 	}
-	return best, ok
+	slices.SortFunc(ahead, func(a, b claim.Participant) int { return claim.QueueOrder(b, a) })
+	return ahead
 }
 
 // Move is what a node behind the edge does after its predecessor changed.
@@ -92,15 +96,14 @@ func (m Move) String() string {
 
 // Follow decides for self, behind the edge, from its predecessor as its
 // watch shows it (gone: the Node was deleted). A predecessor that
-// announced, left the queue, moved to another class or joined again
-// behind self is no longer one: find the next. One that can no longer go
-// (NotReady, stopped), or that is in, puts self at the front's edge or
-// nearer.
+// announced, left the queue, moved to another class, joined again behind
+// self or can no longer go (NotReady, stopped) is no longer one: find the
+// next. One that is in puts self at the front's edge or nearer.
 func Follow(self claim.Participant, pred claim.Participant, gone bool) Move {
 	switch {
-	case gone || !member(pred, ClassOf(self)) || claim.QueueOrder(pred, self) >= 0:
+	case gone || !member(pred, ClassOf(self)) || claim.QueueOrder(pred, self) >= 0 || !Live(pred, nil):
 		return Find
-	case !Live(pred, nil) || RoleOf(pred.Labels) == RoleIn:
+	case RoleOf(pred.Labels) == RoleIn:
 		return Enter
 	default:
 		return Stay

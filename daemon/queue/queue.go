@@ -15,7 +15,9 @@ import (
 // Labels of the queue, written by each node on its own Node only.
 const (
 	// FrontLabel marks a waiting node of its class's front: RoleIn or
-	// RoleEdge. The announce removes it.
+	// RoleEdge. It stays on through the announce and the slot, so that
+	// the front's watchers see the node go from waiting to active in one
+	// event; the release removes it.
 	FrontLabel = "kured-host.dev/front"
 	// StoppedLabel marks a waiting node whose daemon stopped (the unit's
 	// ExecStopPost writes it, the daemon removes it when it starts): it is
@@ -59,16 +61,20 @@ type Class struct {
 	Values []LabelValue // in the order of the limits' group rules
 }
 
-// LabelValue is a node's value of one group rule's label; Set is false
-// when the node does not have that label.
+// LabelValue is a node's value of one group rule's label (Set is false
+// when the node does not have that label) and the value its claim
+// recorded when it joined (Recorded false: none). A node relabelled while
+// waiting is in the domains of both, as the rules count it.
 type LabelValue struct {
-	Label, Value string
-	Set          bool
+	Label, Value, RecordedValue string
+	Set, Recorded               bool
 }
 
-// ClassOf is p's class: its claim's published limits, and its Node's
-// current values of the labels they name (a waiting claim's recorded
-// groups are rewritten when it announces and count for nothing before).
+// in reports whether the node is in some domain of the label's rule.
+func (v LabelValue) in() bool { return v.Set || v.Recorded }
+
+// ClassOf is p's class: its claim's published limits, and the values of
+// the labels they name, its Node's and its claim's.
 func ClassOf(p claim.Participant) Class {
 	c := Class{Digest: claim.LimitsDigest(p.Claim.Limits)}
 	for _, g := range p.Claim.Limits.Groups {
@@ -76,7 +82,8 @@ func ClassOf(p claim.Participant) Class {
 			continue
 		}
 		v, ok := p.Labels[g.Label]
-		c.Values = append(c.Values, LabelValue{Label: g.Label, Value: v, Set: ok})
+		rv, rok := p.Claim.Groups[g.Label]
+		c.Values = append(c.Values, LabelValue{Label: g.Label, Value: v, Set: ok, RecordedValue: rv, Recorded: rok})
 	}
 	return c
 }
@@ -90,7 +97,9 @@ func (c Class) Names(label string) bool {
 }
 
 // Selector selects the waiting members of the class, for a label
-// selector; the lock adds the span of waiting-since it reads.
+// selector (and the nodes that recorded other values when they joined,
+// which the reader leaves out); the lock adds the span of waiting-since it
+// reads.
 func (c Class) Selector() string {
 	terms := []string{claim.Label + "=" + string(claim.Waiting), claim.LimitsLabel + "=" + c.Digest}
 	for _, v := range c.Values {
@@ -104,12 +113,15 @@ func (c Class) Selector() string {
 }
 
 // Width is how many members of a class publishing l can be admitted at
-// once: the smallest of its concurrency and its groups' maxima, at least 1
-// (a claim that publishes less cannot be read).
-func Width(l claim.Limits) int {
+// once: the smallest of its concurrency and the maxima of its groups whose
+// domains its members are in, at least 1 (a claim that publishes less
+// cannot be read).
+func (c Class) Width(l claim.Limits) int {
 	w := l.Concurrency
 	for _, g := range l.Groups {
-		w = min(w, g.Max)
+		if i := slices.IndexFunc(c.Values, func(v LabelValue) bool { return v.Label == g.Label }); i >= 0 && c.Values[i].in() {
+			w = min(w, g.Max)
+		}
 	}
 	return max(w, 1)
 }

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,11 @@ func TestClass(t *testing.T) {
 		// A label no rule of the class names does not split it: the
 		// front counts such members apart (Standing's counts).
 		{"a label no rule names", node("b", claim.Waiting, "z1", 5, 3, 1, "rack=r9"), true},
+		{"relabelled while waiting: its recorded zone counts", func() claim.Participant {
+			p := node("b", claim.Waiting, "z1", 5, 3, 1)
+			p.Claim.Groups = map[string]string{zone: "z2"}
+			return p
+		}(), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,18 +87,22 @@ func TestSelector(t *testing.T) {
 
 func TestWidth(t *testing.T) {
 	tests := []struct {
-		l    claim.Limits
-		want int
+		name   string
+		l      claim.Limits
+		labels map[string]string
+		want   int
 	}{
-		{claim.Limits{Concurrency: 10}, 10},
-		{claim.Limits{Concurrency: 10, Groups: []claim.GroupLimit{{Label: zone, Max: 1}}}, 1},
-		{claim.Limits{Concurrency: 2, Groups: []claim.GroupLimit{{Label: zone, Max: 4}, {Label: "rack", Max: 3}}}, 2},
-		{claim.Limits{Concurrency: 8, Groups: []claim.GroupLimit{{Label: zone, Max: 4}, {Label: "rack", Max: 3}}}, 3},
-		{claim.Limits{}, 1},
+		{"concurrency only", claim.Limits{Concurrency: 10}, nil, 10},
+		{"a zone rule", claim.Limits{Concurrency: 10, Groups: []claim.GroupLimit{{Label: zone, Max: 1}}}, map[string]string{zone: "a"}, 1},
+		{"a zone rule, no zone label: no domain of it", claim.Limits{Concurrency: 10, Groups: []claim.GroupLimit{{Label: zone, Max: 1}}}, nil, 10},
+		{"concurrency the smallest", claim.Limits{Concurrency: 2, Groups: []claim.GroupLimit{{Label: zone, Max: 4}, {Label: "rack", Max: 3}}}, map[string]string{zone: "a", "rack": "r"}, 2},
+		{"a rack rule the smallest", claim.Limits{Concurrency: 8, Groups: []claim.GroupLimit{{Label: zone, Max: 4}, {Label: "rack", Max: 3}}}, map[string]string{zone: "a", "rack": "r"}, 3},
+		{"nothing published", claim.Limits{}, nil, 1},
 	}
 	for _, tt := range tests {
-		if got := Width(tt.l); got != tt.want {
-			t.Errorf("Width(%+v) = %d, want %d", tt.l, got, tt.want)
+		p := claim.Participant{Name: "a", Labels: tt.labels, Claim: claim.Claim{Limits: tt.l}}
+		if got := ClassOf(p).Width(tt.l); got != tt.want {
+			t.Errorf("%s: Width = %d, want %d", tt.name, got, tt.want)
 		}
 	}
 }
@@ -132,9 +142,12 @@ func TestStanding(t *testing.T) {
 		{"one ahead", []claim.Participant{node("a", claim.Waiting, "z1", 1, 10, 2)}, live, RoleIn, 1},
 		{"width ahead: the edge", []claim.Participant{
 			node("a", claim.Waiting, "z1", 1, 10, 2), node("b", claim.Waiting, "z1", 2, 10, 2)}, live, RoleEdge, 2},
-		{"more ahead: behind", []claim.Participant{
+		{"one more ahead: still the edge", []claim.Participant{
 			node("a", claim.Waiting, "z1", 1, 10, 2), node("b", claim.Waiting, "z1", 2, 10, 2),
-			node("c", claim.Waiting, "z1", 3, 10, 2)}, live, RoleBehind, 3},
+			node("c", claim.Waiting, "z1", 3, 10, 2)}, live, RoleEdge, 3},
+		{"two more than the width ahead: behind", []claim.Participant{
+			node("a", claim.Waiting, "z1", 1, 10, 2), node("b", claim.Waiting, "z1", 2, 10, 2),
+			node("c", claim.Waiting, "z1", 3, 10, 2), node("d", claim.Waiting, "z1", 4, 10, 2)}, live, RoleBehind, 4},
 		{"behind self, other zones, other limits and active claims do not count", []claim.Participant{
 			node("later", claim.Waiting, "z1", 11, 10, 2), node("z2", claim.Waiting, "z2", 1, 10, 2),
 			node("lim", claim.Waiting, "z1", 1, 9, 2), node("act", claim.Holding, "z1", 1, 10, 2),
@@ -160,28 +173,36 @@ func TestStanding(t *testing.T) {
 	}
 }
 
-func TestPredecessor(t *testing.T) {
+func TestAhead(t *testing.T) {
 	self := node("self", claim.Waiting, "z1", 10, 3, 1)
+	notReady := node("nr", claim.Waiting, "z1", 9, 3, 1)
+	notReady.Ready = false
 	tests := []struct {
 		name  string
 		found []claim.Participant
-		want  string // "" for none
+		want  []string // nearest first
 	}{
-		{"none found", nil, ""},
-		{"the nearest ahead", []claim.Participant{
+		{"none found", nil, nil},
+		{"nearest first", []claim.Participant{
 			node("a", claim.Waiting, "z1", 1, 3, 1), node("c", claim.Waiting, "z1", 9, 3, 1),
-			node("b", claim.Waiting, "z1", 5, 3, 1)}, "c"},
+			node("b", claim.Waiting, "z1", 5, 3, 1)}, []string{"c", "b", "a"}},
 		{"a tie in since: the name decides", []claim.Participant{
-			node("a", claim.Waiting, "z1", 10, 3, 1), node("z", claim.Waiting, "z1", 10, 3, 1)}, "a"},
-		{"behind, other classes and active claims are not predecessors", []claim.Participant{
+			node("a", claim.Waiting, "z1", 10, 3, 1), node("z", claim.Waiting, "z1", 10, 3, 1)}, []string{"a"}},
+		{"NotReady and stopped members are passed over", []claim.Participant{
+			node("a", claim.Waiting, "z1", 1, 3, 1), notReady,
+			node("st", claim.Waiting, "z1", 8, 3, 1, StoppedLabel+"=true")}, []string{"a"}},
+		{"behind, other classes and active claims are not ahead", []claim.Participant{
 			node("later", claim.Waiting, "z1", 11, 3, 1), node("z2", claim.Waiting, "z2", 9, 3, 1),
-			node("act", claim.Entering, "z1", 9, 3, 1), self}, ""},
+			node("act", claim.Entering, "z1", 9, 3, 1), self}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, ok := Predecessor(self, tt.found)
-			if got := map[bool]string{true: p.Name}[ok]; got != tt.want {
-				t.Errorf("Predecessor = %q, want %q", got, tt.want)
+			var got []string
+			for _, p := range Ahead(self, tt.found) {
+				got = append(got, p.Name)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Ahead = %v, want %v", got, tt.want)
 			}
 		})
 	}
@@ -203,8 +224,8 @@ func TestFollow(t *testing.T) {
 		{"waiting behind the edge: stay", pred(func(*claim.Participant) {}), false, Stay},
 		{"the edge: stay", pred(func(p *claim.Participant) { p.Labels[FrontLabel] = "edge" }), false, Stay},
 		{"in: enter", pred(func(p *claim.Participant) { p.Labels[FrontLabel] = "in" }), false, Enter},
-		{"NotReady: enter", pred(func(p *claim.Participant) { p.Ready = false }), false, Enter},
-		{"stopped: enter", pred(func(p *claim.Participant) { p.Labels[StoppedLabel] = "true" }), false, Enter},
+		{"NotReady: find the next", pred(func(p *claim.Participant) { p.Ready = false }), false, Find},
+		{"stopped: find the next", pred(func(p *claim.Participant) { p.Labels[StoppedLabel] = "true" }), false, Find},
 		{"announced: find", pred(func(p *claim.Participant) { p.Claim.State = claim.Entering }), false, Find},
 		{"claim removed: find", pred(func(p *claim.Participant) { p.Claim = claim.Claim{} }), false, Find},
 		{"unreadable: find", pred(func(p *claim.Participant) { p.Err = errors.New("garbage") }), false, Find},

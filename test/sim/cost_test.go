@@ -82,11 +82,8 @@ func TestRollCost(t *testing.T) {
 		}
 		rows = append(rows, costRow(w, meter.Figures(), window, time.Since(began)))
 		t.Logf("N=%d: requests by kind, most first:\n%s", n, kindTable(meter.Kinds(), nil, 20))
-		// Spread over many kinds (one per set of full groups), and
-		// beyond the table's 20.
-		room := roomReads(w)
-		t.Logf("N=%d: room reads (the queue ahead, full groups left out): %d requests, %.1f MB, %d of them pages with more",
-			n, room.Requests, float64(room.Bytes)/1e6, room.More)
+		lists := listsPerNode(w)
+		t.Logf("N=%d: Lists per node over the roll: at most %d, %.1f on average", n, slices.Max(lists), mean(lists))
 	}
 	span := "makespan"
 	if window > 0 {
@@ -235,4 +232,12 @@ func heapPeaks(t *testing.T, path string, store *atomic.Pointer[api.Store]) (sto
 		close(done)
 		<-ended
 	}
+}
+
+func mean(xs []int) float64 {
+	sum := 0
+	for _, x := range xs {
+		sum += x
+	}
+	return float64(sum) / float64(max(len(xs), 1))
 }

@@ -170,13 +170,13 @@ func TestRegressions(t *testing.T) {
 		// kubelets are slow) with nineteen more behind it; n20 holds
 		// zone-b for five; n21 joins a minute later, and seventy more
 		// of zone-b a minute after it, behind all. n21 has its daemon
-		// killed for a minute as n20
-		// releases, so that the freed slot stays free: each node of
-		// zone-b far back reads what may take it before it, and the
-		// last few, with more than a page of claims ahead (roomPage
-		// windows, 64), read only the page, which shows them kept out
-		// (claim.Crowded). n21 takes the slot when its daemon is back;
-		// every node reboots, within the limits and TakeBound.
+		// killed for a minute as n20 releases, so that the freed slot
+		// stays free with n21 in zone-b's front: the crowd behind it
+		// follows, each node its predecessor, and none reads the queue
+		// again while it waits (a few Lists each over the whole roll:
+		// joining, finding the node ahead, coming into the front). n21
+		// takes the slot when its daemon is back; every node reboots,
+		// within the limits and TakeBound.
 		name: "L3b a crowd far back in a zone that frees",
 		opts: func() Options {
 			o := base(91)
@@ -215,46 +215,49 @@ func TestRegressions(t *testing.T) {
 			killed := slices.ContainsFunc(res.Trace, func(line string) bool {
 				return strings.Contains(line, " n21 ") && strings.Contains(line, "kured-host killed")
 			})
-			return killed && roomReads(w).More > 0
+			return killed
 		},
 		check: func(t *testing.T, w *World, res Result) {
-			t.Logf("room reads: %+v", roomReads(w))
+			lists := listsPerNode(w)
+			most := slices.Max(lists)
+			t.Logf("Lists per node over the roll: at most %d (%s); requests by kind:\n%s", most, w.Hosts[slices.Index(lists, most)].Name, kindTable(w.store.Meter.Kinds(), nil, 12))
+			// The roll takes about two hours: a node behind the front
+			// reads its class once per move and per resync (10 to
+			// 20 min), a node of the front its three selectors per
+			// quiet resync; 20 to 23 here. Zone a's nodes are NotReady
+			// for their first six minutes: a node that read one NotReady
+			// List per member ahead made 70. The second design's reads
+			// of the queue made 474.
+			if most > 40 {
+				t.Errorf("a node made %d Lists over the roll; waiting costs a read per move and per resync", most)
+			}
 		},
 	}, {
 		// L3c: as L3, and as n40 releases zone-b, the admin sets the
 		// label of the last waiting node of zone-a (its daemon killed
 		// for ten minutes) to entering: a claim that cannot be read,
 		// active by its label, binding every node to concurrency 1.
-		// Just after n41, far back, has read the queue with it, the
-		// admin removes it. n41 kept it from that read until its next
-		// (a minute), since only the waiting ones were read again
-		// (CI's seed 700: a slot idle 41 s); it must take the freed
-		// slot within TakeBound (watchProgress).
+		// Five seconds later the admin removes it. A node that kept it
+		// from an earlier read (CI's seed 700: a slot idle 41 s) held
+		// the freed slot idle; n41 must take it within TakeBound
+		// (watchProgress).
 		name: "L3c an unreadable active claim removed far back",
 		opts: func() Options {
 			o := farBackCluster()
 			o.Script = func(w *World) {
 				var victim atomic.Value // the node whose claim is broken
-				var removing atomic.Bool
-				onRelease(w, "n40", func() { breakLastWaiting(w, &victim) })
-				w.store.Faults.Before = func(r api.Request) error {
+				onRelease(w, "n40", func() {
+					breakLastWaiting(w, &victim)
 					name, _ := victim.Load().(string)
-					if name == "" || r.Who != api.NodeIdentity("n41") || r.Verb != "list" ||
-						!strings.Contains(r.Selector, claim.SinceLabel+"<") || !removing.CompareAndSwap(false, true) {
-						return nil
+					if name != "" && sleep(w.ctx, 5*time.Second) == nil {
+						w.tracef(name, "the admin removes the unreadable claim (scenario)")
+						_ = w.store.UpdateNode(name, api.Admin, removeClaim)
 					}
-					w.goSafe(func() {
-						if sleep(w.ctx, time.Second) == nil {
-							w.tracef(name, "the admin removes the unreadable claim, just after n41 read the queue (scenario)")
-							_ = w.store.UpdateNode(name, api.Admin, removeClaim)
-						}
-					})
-					return nil
-				}
+				})
 			}
 			return o
 		},
-		fired: traced("just after n41 read the queue"),
+		fired: traced("the admin removes the unreadable claim"),
 	}, {
 		// A budget that refuses every eviction for longer than the
 		// drain's time-out (10 min): the drain gives up, the node is
@@ -684,18 +687,13 @@ func TestRegressions(t *testing.T) {
 	}
 }
 
-// roomReads sums the reads of the claims ahead that leave a full group
-// out (the lock's roomQueue), pages and whole alike.
-func roomReads(w *World) api.KindCount {
-	var sum api.KindCount
-	for kind, c := range w.store.Meter.Kinds() {
-		if strings.Contains(kind, " notin ") {
-			sum.Requests += c.Requests
-			sum.Bytes += c.Bytes
-			sum.More += c.More
-		}
+// listsPerNode counts each node's Lists of Nodes over the run.
+func listsPerNode(w *World) []int {
+	var out []int
+	for _, h := range w.Hosts {
+		out = append(out, w.store.Meter.Lists(api.NodeIdentity(h.Name)))
 	}
-	return sum
+	return out
 }
 
 // onRelease runs f, in a goroutine of its own, when node first releases
@@ -884,9 +882,19 @@ func stickBudgets(w *World, d time.Duration) {
 // held a slot it had done nothing with yet.
 func gaveBackUntouched(w *World) bool {
 	prev := map[string]*corev1.Node{}
+	// untouchedAbort: the node recorded an abort straight from the slot
+	// it had just taken (nothing cordoned), as it gives it back.
+	untouchedAbort := map[string]bool{}
 	for _, r := range w.store.Revisions() {
-		if p := prev[r.Node.Name]; p != nil && untouched(p) && r.By == api.NodeIdentity(r.Node.Name) && r.Node.Labels[claim.Label] == "" {
+		p := prev[r.Node.Name]
+		mine := r.By == api.NodeIdentity(r.Node.Name)
+		switch {
+		case p != nil && untouched(p) && mine && aborted(r.Node) && !r.Node.Spec.Unschedulable:
+			untouchedAbort[r.Node.Name] = true
+		case p != nil && untouchedAbort[r.Node.Name] && mine && r.Node.Labels[claim.Label] == "":
 			return true
+		case r.Node.Labels[claim.Label] != string(claim.Holding):
+			untouchedAbort[r.Node.Name] = false
 		}
 		prev[r.Node.Name] = r.Node
 	}

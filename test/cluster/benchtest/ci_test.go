@@ -56,14 +56,14 @@ func TestRollCI(t *testing.T) {
 	}
 }
 
-// TestFarBackCI: 80 nodes one at a time, so that 64 of them wait behind
-// the window (16) that watches. A node far back reads the queue ahead of
-// it when it joins, then watches one node, the mark, until it leaves, and then
-// reads the queue again and watches the claims that bind it. Reading the
-// queue on each of its paced wake-ups instead, as it did before, made 7.0
-// Lists per node here, and more the longer the queue. The other Lists are
-// small (the active claims; the count of nodes before a join). T is short
-// (0.3 s): the case is about reads, not the makespan.
+// TestFarBackCI: 80 nodes one at a time, so that most of them wait
+// behind the front of their class (docs/claims.md, "The front"). A node
+// behind reads the claims of its class just ahead of it when it joins,
+// watches its predecessor, and comes into the front when that one is in,
+// without reading again. The second design's paced reads of the queue
+// made 7.0 Lists per node here, and more the longer the queue. The other
+// Lists are small (the active claims; the count of nodes before a join).
+// T is short (0.3 s): the case is about reads, not the makespan.
 func TestFarBackCI(t *testing.T) {
 	const half = 150 * time.Millisecond
 	c := rollCase{Nodes: 80, K: 1, Zones: 3, Hold: half, Down: half}

@@ -20,6 +20,7 @@ type Meter struct {
 	mu        sync.Mutex
 	perSecond map[int64]int
 	requests  map[string]int
+	lists     map[string]int
 	bytes     map[string]int64
 	kinds     map[string]KindCount
 }
@@ -36,7 +37,7 @@ type KindCount struct {
 
 // NewMeter returns an empty Meter.
 func NewMeter() *Meter {
-	return &Meter{perSecond: map[int64]int{}, requests: map[string]int{}, bytes: map[string]int64{}, kinds: map[string]KindCount{}}
+	return &Meter{perSecond: map[int64]int{}, requests: map[string]int{}, lists: map[string]int{}, bytes: map[string]int64{}, kinds: map[string]KindCount{}}
 }
 
 // Kinds is what each kind of request has cost so far (verb, resource and
@@ -48,6 +49,13 @@ func (m *Meter) Kinds() map[string]KindCount {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return maps.Clone(m.kinds)
+}
+
+// Lists is how many Lists identity who has made so far.
+func (m *Meter) Lists(who string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lists[who]
 }
 
 var digits = regexp.MustCompile(`[0-9]+`)
@@ -94,6 +102,9 @@ func (m *Meter) request(who, kind string, reply runtime.Object) {
 	defer m.mu.Unlock()
 	m.perSecond[time.Now().Unix()]++
 	m.requests[who]++
+	if strings.HasPrefix(kind, "list ") {
+		m.lists[strings.SplitN(who, "#", 2)[0]]++
+	}
 	m.bytes[who] += n
 	k := m.kinds[kind]
 	k.Requests++

@@ -1,0 +1,341 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/queue"
+)
+
+// waitEligible blocks until this node is admitted by the queue, or its
+// claim is no longer waiting. Behind its class's front it follows its
+// predecessor (follow); in the front it watches the active claims and
+// the front and decides from them (atFront). A node that restarts keeps
+// the role its label says.
+func (l *Lock) waitEligible(ctx context.Context) error {
+	role := queue.RoleOf(l.current().labels)
+	// Running again: the stopped label a stop left comes off.
+	if err := l.writeRole(ctx, role); err != nil {
+		return err
+	}
+	front := l.watching() != nil || role != queue.RoleBehind
+	var left time.Time // when this node last left the front
+	for {
+		if l.current().state != claim.Waiting {
+			return nil
+		}
+		if !front {
+			var err error
+			if front, err = l.follow(ctx, left); err != nil {
+				return err
+			}
+			continue
+		}
+		admitted, err := l.atFront(ctx)
+		if err != nil || admitted {
+			return err
+		}
+		front, left = false, l.o.Now()
+	}
+}
+
+// reenterAfter is how long a node that left the front, counting too many
+// ahead of it there, does not come back on its predecessor's being in
+// unless that changes. The members ahead of it with a front label may
+// hold a stale one: nodes that were all NotReady each took the front as
+// the first live member of the class, and once Ready they counted one
+// another; a node that left and came straight back for its predecessor's
+// stale label went round dozens of times, four Lists each (the
+// simulator's L3b).
+const reenterAfter = 5 * time.Second
+
+// atFront decides, in the front, from the watch of the active claims and
+// the front, until this node is admitted (true) or counts itself behind
+// the edge (false: it has taken its front label off and stopped the
+// watch).
+func (l *Lock) atFront(ctx context.Context) (bool, error) {
+	for {
+		if w := l.watching(); w != nil && w.own != claim.LimitsDigest(l.current().claim.Limits) {
+			l.stopWatch() // this node's limits changed: other claims bind it
+		}
+		if err := l.ensureWatch(ctx); err != nil {
+			return false, err
+		}
+		snap, err := l.frontSnapshot(ctx)
+		if err != nil {
+			return false, err
+		}
+		if l.current().state != claim.Waiting {
+			return true, nil // Acquire decides from what it is now
+		}
+		now := l.o.Now()
+		q, admitted := l.look(ctx, snap, now)
+		if admitted {
+			return true, nil
+		}
+		read, probeIn := l.probeAhead(ctx, q, now, false)
+		if read {
+			continue // a node ahead read as it is now
+		}
+		self := l.self()
+		role, ahead := queue.Standing(self, snap, l.counts(q, queue.ClassOf(self), now))
+		if err := l.writeRole(ctx, role); err != nil {
+			return false, err
+		}
+		if role == queue.RoleBehind {
+			l.stopWatch()
+			l.log.Debug("behind the front of the queue: following the node ahead", "ahead_in_class", ahead)
+			return false, nil
+		}
+		reason := q.Blocked[l.o.Node]
+		if reason == "" {
+			reason = "waiting for the nodes ahead"
+		}
+		l.setStatus(Status{State: claim.Waiting, Position: q.Position(l.o.Node), Reason: reason})
+		// Look again at least now and then: the grace for silent nodes
+		// and the alarms are about time, not changes; and when the
+		// readiness of a node ahead is due to be read.
+		wait := l.jitter(min(l.o.WaitingGrace/4, 15*time.Second) + time.Second)
+		if probeIn > 0 {
+			wait = min(wait, probeIn)
+		}
+		if err := l.waitChange(ctx, wait); err != nil {
+			return false, err
+		}
+	}
+}
+
+// look decides from a snapshot of the front: whether this node is
+// admitted, and the queue that says so. It notes who is eligible (for
+// the grace of silent nodes) and raises the alarms it shows.
+func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time) (claim.Queue, bool) {
+	server := l.o.ServerNow()
+	q := claim.EligibilityUpTo(snap, server, l.o.TTL, l.silent(now), l.o.Node)
+	l.noteEligible(q, now)
+	l.raiseAlarms(ctx, snap, server, reportsAlarms(q, l.o.Node))
+	return q, q.Eligible(l.o.Node)
+}
+
+// counts says which members of class c ahead of this node hold it back:
+// the live ones, but not one that q shows blocked only in domains of
+// rules c does not name (a rule of another configuration): it keeps no
+// member of c behind it out.
+func (l *Lock) counts(q claim.Queue, c queue.Class, now time.Time) func(claim.Participant) bool {
+	silent := l.silent(now)
+	return func(p claim.Participant) bool {
+		if !queue.Live(p, silent) {
+			return false
+		}
+		in := q.BlockedIn[p.Name]
+		if len(in) == 0 {
+			return true
+		}
+		for _, label := range in {
+			if label == "" || c.Names(label) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// self is this node as the queue reads it, from its claim as this daemon
+// knows it.
+func (l *Lock) self() claim.Participant {
+	cur := l.current()
+	return claim.Participant{Name: l.o.Node, Labels: cur.labels, Ready: true, Claim: cur.claim}
+}
+
+// frontSnapshot is the front as this node knows it: the watch's cache of
+// the active claims, the waiting ones that publish other limits than this
+// node's, and the front; read directly from the API server's cache while
+// the watch is stale or has been quiet (a watch can stall without
+// failing, resumed behind a lagging cache). Its own claim is as this
+// daemon knows it.
+func (l *Lock) frontSnapshot(ctx context.Context) ([]claim.Participant, error) {
+	var nodes []*corev1.Node
+	if w := l.watching(); w != nil && !w.stale() && !w.quiet() {
+		nodes = w.list()
+	} else {
+		var err error
+		if nodes, _, err = l.listBinding(ctx, l.current().claim.Limits, false, true); err != nil {
+			return nil, err
+		}
+	}
+	return l.withOwn(l.distrust(l.applyReadiness(l.claims.participants(nodes))), l.current()), nil
+}
+
+// writeRole writes this node's front label, if it is not role already,
+// keeping its waiting claim as it is.
+func (l *Lock) writeRole(ctx context.Context, role queue.Role) error {
+	for {
+		cur := l.current()
+		_, stopped := cur.labels[queue.StoppedLabel]
+		if cur.state != claim.Waiting || cur.err != nil || (queue.RoleOf(cur.labels) == role && !stopped) {
+			return nil
+		}
+		_, err := l.writeClaim(ctx, claim.Waiting, cur.claim, keepSchedule, role)
+		if err == nil {
+			l.log.Debug("front of the queue", "role", string(role))
+			return nil
+		}
+		if err := l.reread(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// resyncEvery is how long, at the least, a node behind the front follows
+// one predecessor before it reads its class again (jittered up to twice
+// that): the repair for what a watch missed, and for a predecessor at the
+// head of its class that never comes into the front (a daemon of the
+// second design, which writes no front label, or one that hangs).
+const resyncEvery = 10 * time.Minute
+
+// follow waits behind the front: it finds its predecessor and watches it
+// until it should come into the front (true), or its claim is no longer
+// waiting (false). left is when this node last left the front.
+func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
+	whole := false
+	// ahead are the live members of the class ahead of this node that the
+	// last read found, nearest first, not yet followed: when the one
+	// followed turns out NotReady or stopped (a read of metadata does not
+	// show readiness), the next is followed without another read. A
+	// class whose members were all NotReady cost a read per member.
+	var ahead []claim.Participant
+	last := false // the last read reached the class's first place
+	for {
+		if l.current().state != claim.Waiting {
+			return false, nil
+		}
+		self := l.self()
+		if len(ahead) == 0 {
+			var err error
+			if ahead, last, err = l.findAhead(ctx, self, whole); err != nil {
+				return false, err
+			}
+		}
+		if len(ahead) == 0 {
+			return true, nil // the first live member of its class
+		}
+		pred := ahead[0]
+		ahead = ahead[1:]
+		if whole && last && len(ahead) == 0 && queue.RoleOf(pred.Labels) == queue.RoleBehind {
+			// At the head of the class, yet not in the front for a
+			// resync's time: a daemon that writes no front label, or
+			// that hangs; the front passes it over if it must.
+			l.log.Debug("the node ahead heads the queue without coming into the front; entering", "ahead", pred.Name)
+			return true, nil
+		}
+		l.setStatus(Status{State: claim.Waiting, Position: -1, Behind: pred.Name, Reason: "behind the front of the queue"})
+		move, why, err := l.watchPredecessor(ctx, self, pred.Name, left.Add(reenterAfter))
+		switch {
+		case err != nil || move == queue.Enter:
+			return move == queue.Enter, err
+		case why == cannotGo:
+			continue // the next one ahead, as read
+		}
+		ahead, whole = nil, why == resyncDue
+		if whole {
+			// The own claim as it is: an admin may have removed it.
+			if _, _, err := l.Own(ctx); err != nil {
+				return false, err
+			}
+		}
+	}
+}
+
+// findAhead reads the waiting members of self's class just ahead of it,
+// in spans widened until one holds a live member (whole: the whole class
+// ahead at once), and returns those, nearest first; last says the read
+// reached the class's first place.
+func (l *Lock) findAhead(ctx context.Context, self claim.Participant, whole bool) (ahead []claim.Participant, last bool, err error) {
+	class := queue.ClassOf(self).Selector()
+	for try := 0; ; try++ {
+		if whole {
+			try = 1 << 10
+		}
+		span, last := queue.SpanSelector(self.Claim.Since, try)
+		nodes, _, err := l.listNodes(ctx, class+","+span, "0", "")
+		if err != nil {
+			return nil, false, fmt.Errorf("find the node ahead in the queue: %w", err)
+		}
+		var parse claimCache // not kept: the read is this call's
+		if ahead := queue.Ahead(self, l.distrust(l.applyReadiness(parse.participants(nodes)))); len(ahead) > 0 || last {
+			return ahead, last, nil
+		}
+	}
+}
+
+// Why a node stopped following its predecessor.
+type findReason int
+
+const (
+	changed   findReason = iota // it left the class or its place; the watch ended
+	cannotGo                    // it is NotReady or stopped
+	resyncDue                   // the slow resync's time came
+)
+
+// watchPredecessor watches the Node of this node's predecessor (whole,
+// for its Ready condition; one object) until Follow says to move: Find
+// when the watch ends or the predecessor leaves, and why; Enter when self
+// should come into the front, but not before notBefore.
+func (l *Lock) watchPredecessor(ctx context.Context, self claim.Participant, name string, notBefore time.Time) (move queue.Move, why findReason, err error) {
+	opts := metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: "0"}
+	w, err := l.o.Client.CoreV1().Nodes().Watch(ctx, opts)
+	if err != nil {
+		return queue.Find, changed, fmt.Errorf("watch %s, the node ahead in the queue: %w", name, err)
+	}
+	defer w.Stop()
+	timer := time.NewTimer(l.jitter(resyncEvery))
+	defer timer.Stop()
+	var holdOff <-chan time.Time // armed while an enter waits for notBefore
+	for {
+		select {
+		case <-ctx.Done():
+			return queue.Stay, changed, context.Cause(ctx)
+		case <-timer.C:
+			return queue.Find, resyncDue, nil
+		case <-holdOff:
+			return queue.Enter, changed, nil
+		case ev, ok := <-w.ResultChan():
+			if !ok || ev.Type == watch.Error {
+				return queue.Find, changed, nil
+			}
+			n, isNode := ev.Object.(*corev1.Node)
+			if !isNode {
+				continue
+			}
+			gone := ev.Type == watch.Deleted
+			l.ready.note(name, nodeReady(n) && !gone, l.o.Now())
+			var parse claimCache
+			p := parse.participants([]*corev1.Node{n})
+			if len(p) == 0 {
+				return queue.Find, changed, nil // its claim is gone
+			}
+			pred := l.distrust(p)[0]
+			switch m := queue.Follow(self, pred, gone); {
+			case m == queue.Find && !gone && !queue.Live(pred, nil):
+				return m, cannotGo, nil
+			case m == queue.Find:
+				return m, changed, nil
+			case m == queue.Stay:
+				holdOff = nil
+			case holdOff != nil:
+				// Waiting out notBefore already.
+			case l.o.Now().Before(notBefore):
+				// In, but this node has just left the front for
+				// counting too many ahead: that label may be stale.
+				holdOff = time.After(notBefore.Sub(l.o.Now()))
+			default:
+				return queue.Enter, changed, nil
+			}
+		}
+	}
+}
