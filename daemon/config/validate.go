@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -154,6 +155,15 @@ func (b *BlockersConfig) validate(report reportFunc) {
 			report(f.key, "must be an absolute path, got %q", f.path)
 		}
 	}
+	p.validateAuth(report, u)
+	if u != nil && u.Scheme == "http" && p.CAFile != "" {
+		report("blockers.prometheus.ca_file", "is set, but the URL is http://, which uses no certificate: use https://")
+	}
+	positive(report, "blockers.prometheus.timeout", p.Timeout)
+}
+
+// validateAuth: basic authentication takes a user name and a password file, a request one credential.
+func (p *PrometheusConfig) validateAuth(report reportFunc, u *url.URL) {
 	switch {
 	case p.PasswordFile != "" && p.Username == "":
 		report("blockers.prometheus.username", "must be set with blockers.prometheus.password_file: the user name for basic authentication")
@@ -166,10 +176,6 @@ func (b *BlockersConfig) validate(report reportFunc) {
 	if u != nil && u.User != nil && (p.PasswordFile != "" || p.BearerTokenFile != "") {
 		report("blockers.prometheus.url", "has a user name or password in it as well as password_file or bearer_token_file: remove them from the URL")
 	}
-	if u != nil && u.Scheme == "http" && p.CAFile != "" {
-		report("blockers.prometheus.ca_file", "is set, but the URL is http://, which uses no certificate: use https://")
-	}
-	positive(report, "blockers.prometheus.timeout", p.Timeout)
 }
 
 // credentialFile is one of the files a configuration key names.

@@ -27,61 +27,93 @@ const maxLinks = 40
 // is among them, so a caller that checks who may write each one checks
 // everything that decides where p leads.
 func (r Root) Resolve(p string, visit func(path string, fi fs.FileInfo) error) (string, error) {
-	top := string(r)
-	if top == "" {
-		top = "/"
+	l := &lookup{root: r, p: p, top: string(r), visit: visit, todo: split(p)}
+	if l.top == "" {
+		l.top = "/"
 	}
-	if visit != nil {
-		fi, err := os.Stat(top)
-		if err != nil {
+	if err := l.visitTop(); err != nil {
+		return "", err
+	}
+	for len(l.todo) > 0 {
+		if err := l.step(); err != nil {
 			return "", err
 		}
-		if err := visit(top, fi); err != nil {
-			return "", err
+	}
+	return l.path(), nil
+}
+
+// lookup is one Resolve under way.
+type lookup struct {
+	root  Root
+	p     string // as given, for errors
+	top   string // the root's directory
+	visit func(path string, fi fs.FileInfo) error
+	todo  []string // the components left to walk, links' targets spliced in
+	done  []string // the resolved components below the root
+	links int
+}
+
+// visitTop shows visit the root first: it decides where every absolute link leads.
+func (l *lookup) visitTop() error {
+	if l.visit == nil {
+		return nil
+	}
+	fi, err := os.Stat(l.top)
+	if err != nil {
+		return err
+	}
+	return l.visit(l.top, fi)
+}
+
+// step walks one component: ".." stops at the root, a link is replaced by its target.
+func (l *lookup) step() error {
+	c := l.todo[0]
+	l.todo = l.todo[1:]
+	if c == ".." {
+		if len(l.done) > 0 {
+			l.done = l.done[:len(l.done)-1]
+		}
+		return nil
+	}
+	full := l.path(c)
+	fi, err := os.Lstat(full)
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return l.follow(full)
+	}
+	if len(l.todo) > 0 && !fi.IsDir() {
+		return &fs.PathError{Op: "resolve", Path: full, Err: syscall.ENOTDIR}
+	}
+	if l.visit != nil {
+		if err := l.visit(full, fi); err != nil {
+			return err
 		}
 	}
-	todo := split(p)
-	var done []string // the resolved components below the root
-	links := 0
-	for len(todo) > 0 {
-		c := todo[0]
-		todo = todo[1:]
-		if c == ".." {
-			if len(done) > 0 {
-				done = done[:len(done)-1]
-			}
-			continue
-		}
-		full := filepath.Join(top, filepath.Join(append(done, c)...))
-		fi, err := os.Lstat(full)
-		if err != nil {
-			return "", err
-		}
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			if links++; links > maxLinks {
-				return "", &fs.PathError{Op: "resolve", Path: r.Path(p), Err: syscall.ELOOP}
-			}
-			target, err := os.Readlink(full)
-			if err != nil {
-				return "", err
-			}
-			if filepath.IsAbs(target) {
-				done = nil
-			}
-			todo = append(split(target), todo...)
-			continue
-		}
-		if len(todo) > 0 && !fi.IsDir() {
-			return "", &fs.PathError{Op: "resolve", Path: full, Err: syscall.ENOTDIR}
-		}
-		if visit != nil {
-			if err := visit(full, fi); err != nil {
-				return "", err
-			}
-		}
-		done = append(done, c)
+	l.done = append(l.done, c)
+	return nil
+}
+
+// follow splices the link's target in; an absolute one starts again from the root.
+func (l *lookup) follow(full string) error {
+	if l.links++; l.links > maxLinks {
+		return &fs.PathError{Op: "resolve", Path: l.root.Path(l.p), Err: syscall.ELOOP}
 	}
-	return filepath.Join(top, filepath.Join(done...)), nil
+	target, err := os.Readlink(full)
+	if err != nil {
+		return err
+	}
+	if filepath.IsAbs(target) {
+		l.done = nil
+	}
+	l.todo = append(split(target), l.todo...)
+	return nil
+}
+
+// path is the resolved components, and then more, inside the root.
+func (l *lookup) path(more ...string) string {
+	return filepath.Join(l.top, filepath.Join(append(l.done, more...)...))
 }
 
 func split(p string) []string {

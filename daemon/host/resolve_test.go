@@ -69,3 +69,43 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestResolveVisitStops: an error from visit ends the lookup where it is
+// returned, the root's included, and a root that cannot be read is
+// visited not at all.
+func TestResolveVisitStops(t *testing.T) {
+	root := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(root, "var/lib"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "var/lib/f"), nil, 0o600))
+	must(t, os.Symlink("/var/lib/f", filepath.Join(root, "var/link")))
+	errStop := errors.New("stop")
+	tests := []struct {
+		name, root, stop string
+		visited          []string
+		err              error
+	}{
+		{"at the root", root, "", []string{""}, errStop},
+		{"at a directory, after the link", root, "/var/lib", []string{"", "/var", "/var", "/var/lib"}, errStop},
+		{"at the file", root, "/var/lib/f", []string{"", "/var", "/var", "/var/lib", "/var/lib/f"}, errStop},
+		{"a root that is missing", filepath.Join(root, "missing"), "", nil, fs.ErrNotExist},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var visited []string
+			_, err := Root(tt.root).Resolve("/var/link", func(p string, _ fs.FileInfo) error {
+				p = strings.TrimPrefix(p, root)
+				visited = append(visited, p)
+				if p == tt.stop {
+					return errStop
+				}
+				return nil
+			})
+			if !errors.Is(err, tt.err) || strings.Join(visited, " ") != strings.Join(tt.visited, " ") {
+				t.Errorf("visited %q, error %v; want %q, %v", visited, err, tt.visited, tt.err)
+			}
+		})
+	}
+	if got, err := Root("").Resolve("/", nil); got != "/" || err != nil {
+		t.Errorf(`the empty root: got %q, %v; want "/"`, got, err)
+	}
+}

@@ -81,74 +81,103 @@ func newCmdline() *cmdline {
 // meant is plain.
 func (cl *cmdline) parseArgs(args []string, ex *expander) {
 	for i := 0; i < len(args) && cl.err == nil; i++ {
-		a := args[i]
-		where := fmt.Sprintf("kured's argument %d", i+1)
-		if a == "--" {
-			for j, e := range args[i+1:] {
-				if cl.check(fmt.Sprintf("kured's argument %d", i+2+j), e, redact.Text(e), "") {
-					return
-				}
-			}
-			cl.extra = append(cl.extra, args[i+1:]...)
+		switch a := args[i]; {
+		case a == "--":
+			cl.addExtra(args[i+1:], i+2)
 			return
-		}
-		if len(a) < 2 || a[0] != '-' {
-			if cl.check(where, a, redact.Text(a), "") {
-				return
-			}
-			cl.extra = append(cl.extra, a)
-			continue
-		}
-		name, raw, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		flag := "--" + name
-		d, known := flagTable[flag]
-		if cl.check(where, a, showArg(flag, known, a), d.spacing()) {
-			return
-		}
-		next := func() bool {
-			i++
-			raw, hasValue = args[i], true
-			shown := strings.TrimPrefix(showArg(flag, known, flag+"="+raw), flag+"=")
-			return cl.check(fmt.Sprintf("kured's argument %d, the value of %s", i+1, flag), raw, shown, d.spacing())
-		}
-		switch {
-		case hasValue:
-		case !known:
-			// pflag would refuse it, so there is no telling whether it took
-			// a value: a next word that is not a flag is read as its value.
-			if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") && next() {
-				return
-			}
-		case d.kind == kBool:
-			raw = "true"
-		case i+1 < len(args):
-			// pflag takes the next word whatever it is ("--drain-grace-period -1").
-			if next() {
-				return
-			}
+		case len(a) < 2 || a[0] != '-':
+			cl.addExtra(args[i:i+1], i+1)
 		default:
-			v := cl.values[flag]
-			v.given, v.err = true, fmt.Errorf("flag needs an argument")
-			v.shown = append(v.shown, flag)
-			continue
+			i = cl.parseFlag(args, i, ex)
 		}
-		if !known {
-			cl.unknown = append(cl.unknown, showUse(flag, raw, hasValue))
-			continue
-		}
-		v := cl.values[flag]
-		expanded, unread := ex.expand(raw)
-		if use := showUse(flag, expanded, hasValue); expanded != raw &&
-			cl.check(where+" once its $(NAME) references are expanded", use, hideSecret(flag, use), d.spacing()) {
+	}
+}
+
+// addExtra keeps arguments kured ignores, from its argument n on: they are shown, so must print.
+func (cl *cmdline) addExtra(args []string, n int) {
+	for j, e := range args {
+		if cl.check(fmt.Sprintf("kured's argument %d", n+j), e, redact.Text(e), "") {
 			return
 		}
-		if unread != "" {
-			v.given, v.unread = true, unread
-			v.shown = append(v.shown, hideSecret(flag, showUse(flag, raw, hasValue)))
-			continue
-		}
-		cl.set(v, d, expanded, hideSecret(flag, showUse(flag, expanded, hasValue)), false)
 	}
+	cl.extra = append(cl.extra, args...)
+}
+
+// flagUse is one flag on kured's command line and the value it was given.
+type flagUse struct {
+	flag     string // "--name", whatever the dashes written
+	d        flagDef
+	known    bool
+	raw      string
+	hasValue bool
+}
+
+// parseFlag reads the flag at args[i] and its value, and returns the index of the last argument read.
+func (cl *cmdline) parseFlag(args []string, i int, ex *expander) int {
+	a := args[i]
+	where := fmt.Sprintf("kured's argument %d", i+1)
+	name, raw, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+	u := flagUse{flag: "--" + name, raw: raw, hasValue: hasValue}
+	u.d, u.known = flagTable[u.flag]
+	if cl.check(where, a, showArg(u.flag, u.known, a), u.d.spacing()) {
+		return i
+	}
+	i, ok := cl.takeValue(&u, args, i)
+	switch {
+	case !ok:
+	case !u.known:
+		cl.unknown = append(cl.unknown, showUse(u.flag, u.raw, u.hasValue))
+	default:
+		cl.apply(u, where, ex)
+	}
+	return i
+}
+
+// takeValue finds a flag's value as pflag would; ok is false if there is none to apply.
+func (cl *cmdline) takeValue(u *flagUse, args []string, i int) (last int, ok bool) {
+	switch {
+	case u.hasValue:
+	case !u.known:
+		// pflag would refuse it, so there is no telling whether it took
+		// a value: a next word that is not a flag is read as its value.
+		if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			return i + 1, cl.valueFrom(u, args, i+1)
+		}
+	case u.d.kind == kBool:
+		u.raw = "true"
+	case i+1 < len(args):
+		// pflag takes the next word whatever it is ("--drain-grace-period -1").
+		return i + 1, cl.valueFrom(u, args, i+1)
+	default:
+		v := cl.values[u.flag]
+		v.given, v.err = true, fmt.Errorf("flag needs an argument")
+		v.shown = append(v.shown, u.flag)
+		return i, false
+	}
+	return i, true
+}
+
+// valueFrom takes args[i] as the flag's value, and says whether it prints.
+func (cl *cmdline) valueFrom(u *flagUse, args []string, i int) bool {
+	u.raw, u.hasValue = args[i], true
+	shown := strings.TrimPrefix(showArg(u.flag, u.known, u.flag+"="+u.raw), u.flag+"=")
+	return !cl.check(fmt.Sprintf("kured's argument %d, the value of %s", i+1, u.flag), u.raw, shown, u.d.spacing())
+}
+
+// apply gives a flag its value with $(NAME) expanded, or marks it unread if that cannot be known here.
+func (cl *cmdline) apply(u flagUse, where string, ex *expander) {
+	v := cl.values[u.flag]
+	expanded, unread := ex.expand(u.raw)
+	if use := showUse(u.flag, expanded, u.hasValue); expanded != u.raw &&
+		cl.check(where+" once its $(NAME) references are expanded", use, hideSecret(u.flag, use), u.d.spacing()) {
+		return
+	}
+	if unread != "" {
+		v.given, v.unread = true, unread
+		v.shown = append(v.shown, hideSecret(u.flag, showUse(u.flag, u.raw, u.hasValue)))
+		return
+	}
+	cl.set(v, u.d, expanded, hideSecret(u.flag, showUse(u.flag, expanded, u.hasValue)), false)
 }
 
 func showUse(flag, raw string, hasValue bool) string {
@@ -254,54 +283,88 @@ func (cl *cmdline) set(v *value, d flagDef, raw, shown string, fromEnv bool) {
 	if d.kind != kSlice && d.kind != kArray {
 		v.unread = "" // a later value replaces one that could not be read
 	}
-	var err error
-	switch d.kind {
-	case kBool:
-		var b bool
-		if b, err = strconv.ParseBool(raw); err == nil {
-			v.text = strconv.FormatBool(b)
-		}
-	case kInt:
-		var n int64
-		if fromEnv {
-			var i int
-			i, err = strconv.Atoi(raw) // kured's own reading of KURED_ variables
-			n = int64(i)
-		} else {
-			n, err = strconv.ParseInt(raw, 0, 64)
-		}
-		if err == nil {
-			v.text = strconv.FormatInt(n, 10)
-		}
-	case kDuration:
-		if _, err = time.ParseDuration(raw); err == nil {
-			v.text = raw
-		}
-	case kRegexp:
-		if _, err = regexp.Compile(raw); err == nil {
-			v.text = raw
-		}
-	case kSlice:
-		items := splitCSV(raw)
-		if v.appended {
-			v.list = append(v.list, items...)
-		} else {
-			v.list, v.appended = items, true
-		}
-	case kArray:
-		v.list = append(v.list, raw)
-	default:
-		if raw == `""` || raw == "''" {
-			// A DaemonSet's arguments pass no shell: the quotes were meant
-			// as an empty value, and kured got them as two characters.
-			v.notes = append(v.notes, "its quotes are not shell quoting in a DaemonSet: kured got them as the value; read as empty")
-			raw = ""
-		}
-		v.text = raw
-	}
-	if err != nil && v.err == nil {
+	if err := setters[d.kind](v, raw, fromEnv); err != nil && v.err == nil {
 		v.err = err
 	}
+}
+
+// setters set a value of each kind as pflag's Set does; a refused value leaves the flag as it was.
+var setters = map[kind]func(v *value, raw string, fromEnv bool) error{
+	kString:   setString,
+	kBool:     setBool,
+	kInt:      setInt,
+	kDuration: setChecked(func(s string) error { _, err := time.ParseDuration(s); return err }),
+	kRegexp:   setChecked(func(s string) error { _, err := regexp.Compile(s); return err }),
+	kSlice:    setSlice,
+	kArray:    setArray,
+}
+
+// setString keeps the value as written, but a pair of quotes alone is read as empty.
+func setString(v *value, raw string, _ bool) error {
+	if raw == `""` || raw == "''" {
+		// A DaemonSet's arguments pass no shell: the quotes were meant
+		// as an empty value, and kured got them as two characters.
+		v.notes = append(v.notes, "its quotes are not shell quoting in a DaemonSet: kured got them as the value; read as empty")
+		raw = ""
+	}
+	v.text = raw
+	return nil
+}
+
+// setBool takes what strconv.ParseBool takes, as pflag does, and keeps it as "true" or "false".
+func setBool(v *value, raw string, _ bool) error {
+	b, err := strconv.ParseBool(raw)
+	if err != nil {
+		return err
+	}
+	v.text = strconv.FormatBool(b)
+	return nil
+}
+
+// setInt reads an argument as pflag (base 0: "0x10" is 16), a KURED_ variable as kured (strconv.Atoi).
+func setInt(v *value, raw string, fromEnv bool) error {
+	var n int64
+	var err error
+	if fromEnv {
+		var i int
+		i, err = strconv.Atoi(raw)
+		n = int64(i)
+	} else {
+		n, err = strconv.ParseInt(raw, 0, 64)
+	}
+	if err != nil {
+		return err
+	}
+	v.text = strconv.FormatInt(n, 10)
+	return nil
+}
+
+// setChecked keeps the value as written once check accepts it: kured parses it again itself.
+func setChecked(check func(string) error) func(*value, string, bool) error {
+	return func(v *value, raw string, _ bool) error {
+		if err := check(raw); err != nil {
+			return err
+		}
+		v.text = raw
+		return nil
+	}
+}
+
+// setSlice: the first use replaces the default, later ones append.
+func setSlice(v *value, raw string, _ bool) error {
+	items := splitCSV(raw)
+	if v.appended {
+		v.list = append(v.list, items...)
+	} else {
+		v.list, v.appended = items, true
+	}
+	return nil
+}
+
+// setArray: each use is one element, commas and all.
+func setArray(v *value, raw string, _ bool) error {
+	v.list = append(v.list, raw)
+	return nil
 }
 
 // splitCSV splits a StringSlice value as pflag does: comma-separated, with

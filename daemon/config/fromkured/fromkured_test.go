@@ -14,7 +14,7 @@ import (
 )
 
 // TestFlagTable: every flag of config.KuredOptions, and no other, has a
-// kind, a default and a converter here.
+// kind that can be set, a default and a converter here.
 func TestFlagTable(t *testing.T) {
 	for _, o := range config.KuredOptions {
 		d, ok := flagTable[o.Flag]
@@ -23,6 +23,8 @@ func TestFlagTable(t *testing.T) {
 			t.Errorf("%s is in config.KuredOptions but not in flagTable", o.Flag)
 		case d.conv == nil:
 			t.Errorf("%s has no converter", o.Flag)
+		case setters[d.kind] == nil:
+			t.Errorf("%s is of a kind with no setter", o.Flag)
 		case o.Key == "" && !d.commentOnly:
 			t.Errorf("%s has no key in config.KuredOptions but is not commentOnly", o.Flag)
 		}
@@ -204,6 +206,53 @@ func TestReadCommandLine(t *testing.T) {
 	}
 }
 
+// TestReadRefused: a value kured refuses leaves the flag at its default
+// with the reason, and pflag and kured read integers differently.
+func TestReadRefused(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  []corev1.EnvVar
+		flag string
+		text string
+		err  string // "" for a value kured takes
+	}{
+		{name: "a flag without its argument", args: []string{"--period"},
+			flag: "--period", text: "1h0m0s", err: "flag needs an argument"},
+		{name: "an argument's integer in any base", args: []string{"--concurrency=0x10"},
+			flag: "--concurrency", text: "16"},
+		{name: "a variable's integer", env: []corev1.EnvVar{{Name: "KURED_CONCURRENCY", Value: "3"}},
+			flag: "--concurrency", text: "3"},
+		{name: "a variable's integer in base 10 only", env: []corev1.EnvVar{{Name: "KURED_CONCURRENCY", Value: "0x10"}},
+			flag: "--concurrency", text: "1", err: `strconv.Atoi: parsing "0x10": invalid syntax`},
+		{name: "a boolean refused", args: []string{"--annotate-nodes=maybe"},
+			flag: "--annotate-nodes", text: "false", err: `strconv.ParseBool: parsing "maybe": invalid syntax`},
+		{name: "a boolean written back canonical", args: []string{"--annotate-nodes=T"},
+			flag: "--annotate-nodes", text: "true"},
+		{name: "a variable's duration refused", env: []corev1.EnvVar{{Name: "KURED_PERIOD", Value: "often"}},
+			flag: "--period", text: "1h0m0s", err: `time: invalid duration "often"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := newCmdline()
+			ex := newExpander(tt.env)
+			cl.parseArgs(tt.args, ex)
+			cl.parseEnv(tt.env, ex)
+			if cl.err != nil {
+				t.Fatal(cl.err)
+			}
+			v := cl.values[tt.flag]
+			err := ""
+			if v.err != nil {
+				err = v.err.Error()
+			}
+			if !v.given || v.text != tt.text || err != tt.err {
+				t.Errorf("got text %q, error %q, given %v; want %q, %q, true", v.text, err, v.given, tt.text, tt.err)
+			}
+		})
+	}
+}
+
 func TestSplitWords(t *testing.T) {
 	tests := []struct {
 		in   string
@@ -215,6 +264,7 @@ func TestSplitWords(t *testing.T) {
 		{`echo "a \"b\" c" d\ e`, []string{"echo", `a "b" c`, "d e"}, false},
 		{`x $HOME|y # a comment`, []string{"x", "$HOME|y"}, false},
 		{`a#b ''`, []string{"a#b", ""}, false},
+		{"a # to the end of the line\n'b' # and another", []string{"a", "b"}, false},
 		{`'open`, nil, true},
 		{`"open`, nil, true},
 		{`end\`, nil, true},

@@ -46,6 +46,11 @@ func TestUnprintableRefused(t *testing.T) {
 			want: []string{`kured's argument 1 (--no-such\u2066=x): character 10 is a bidirectional control (\u2066)`}},
 		{name: "a zero-width space", src: func() Source { return FromArgs([]string{"--node-id=ad\u200bmin"}) },
 			want: []string{`character 13 is an invisible format character (\u200b)`}},
+		{name: "a word that is not a flag", src: func() Source { return FromArgs([]string{"leftover\x1b"}) },
+			want: []string{`kured's argument 1 (leftover\x1b): character 9 is a control character (\x1b)`}},
+		{name: "the next word of an unknown flag, a URL in it hidden", src: func() Source {
+			return FromArgs([]string{"--prometheus-urll", "https://alice:pr0mPassw0rd@prom/\x1b"})
+		}, want: []string{`kured's argument 2, the value of --prometheus-urll (https://…): character 33 is a control character (\x1b)`}, not: "pr0mPassw0rd"},
 		{name: "not UTF-8, after --", src: func() Source { return FromArgs([]string{"--", "a\xffb"}) },
 			want: []string{`kured's argument 2 (a\xffb): character 2 is a byte that is not UTF-8 (\xff)`}},
 		{name: "a tab outside a command", src: func() Source { return FromArgs([]string{"--time-zone=Europe/Paris\t"}) },
