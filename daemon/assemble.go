@@ -105,14 +105,16 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 	m := metrics.New()
 	logind := &host.BusLogind{Address: s.BusAddress}
 	tolerance, _ := cfg.Lock.ClockTolerance()
-	orders := Orders(c.Kube, node, true)
+	watch := &steer.Watch{Client: c.Kube, Metadata: c.Metadata, Node: node, Log: log.With("component", "steer")}
+	looks := steer.Reader{Client: c.Kube, Node: node, Cached: true, Watch: watch}
+	orders, fresh := Orders(looks), Orders(steer.Reader{Client: c.Kube, Node: node})
 	l := lock.New(lock.Options{
 		Client: c.Kube, Metadata: c.Metadata, Node: node, Limits: cfg.Lock.Limits(),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		ServerNow: c.ServerNow, ClockTolerance: tolerance, BootID: s.Root.BootID, Log: log,
 		Alarms:      &alarm.Report{Events: &events.Recorder{Client: c.Kube, Host: node}, Metrics: m, Log: log},
-		MayAnnounce: MayAnnounce(Orders(c.Kube, node, false)),
+		MayAnnounce: MayAnnounce(fresh),
 	})
 	messages := notify.New(cfg.Notify, node, log)
 	if messages != nil {
@@ -132,11 +134,13 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 			Client: c.Kube, Node: node, Annotate: cfg.Node.Annotate,
 			Pre: cfg.Node.PreRebootLabels, Post: cfg.Node.PostRebootLabels, Observe: l.Observe,
 		},
-		Messages: messenger(messages),
-		Sentinel: sentinelFor(cfg.Sentinel, s.Root),
-		Blockers: append(orders, blockersFor(cfg, c.Kube, node, logind)...),
-		Settings: steer.Reader{Client: c.Kube, Node: node, Cached: true},
-		Reload:   s.Reload,
+		Messages:    messenger(messages),
+		Sentinel:    sentinelFor(cfg.Sentinel, s.Root),
+		Blockers:    append(orders, blockersFor(cfg, c.Kube, node, logind)...),
+		Settings:    looks,
+		OrdersWatch: watch,
+		FreshOrders: fresh,
+		Reload:      s.Reload,
 		BlockersFor: func(cfg config.Config) []block.Blocker {
 			return append(orders, blockersFor(cfg, c.Kube, node, logind)...)
 		},
@@ -186,11 +190,10 @@ func sentinelFor(c config.SentinelConfig, root host.Root) sentinel.Checker {
 }
 
 // Orders are an operator's orders from kubectl, as blockers: the
-// cluster's pause and this node's hold (daemon/steer). Cached, they are
-// read from the API server's watch cache: for the looks of the cycle;
-// fresh, for the look right before an announce (MayAnnounce).
-func Orders(client kubernetes.Interface, node string, cached bool) []block.Blocker {
-	r := steer.Reader{Client: client, Node: node, Cached: cached}
+// cluster's pause and this node's hold (daemon/steer), as r reads them:
+// from a watch or the API server's watch cache for the looks of the
+// cycle; fresh for the look right before an announce (MayAnnounce).
+func Orders(r steer.Reader) []block.Blocker {
 	return []block.Blocker{steer.Paused{Reader: r}, steer.Held{Reader: r}}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/sentinel"
+	"github.com/kured-host/kured-host/daemon/steer"
 )
 
 // TestBuild: the daemon Assemble builds once connected follows the
@@ -95,6 +96,21 @@ urls = ["generic://127.0.0.1:9/hook?disabletls=yes"]
 			}
 			if p := d.Blockers[3].(*block.Pods); len(p.Selectors) != 1 || p.Selectors[0].String() != "app=db" || p.Node != "node-1" {
 				t.Errorf("pod blocker %+v", p)
+			}
+			// The looks read the orders from the watch; the last one,
+			// before the cordon, reads them fresh and keeps the others.
+			if p := d.Blockers[0].(steer.Paused); p.Reader.Watch == nil || p.Reader.Watch != d.OrdersWatch || d.Settings.(steer.Reader).Watch != d.OrdersWatch {
+				t.Errorf("the looks' orders %+v and settings %+v, want them read from the watch %p", p.Reader, d.Settings, d.OrdersWatch)
+			}
+			last := d.lastLook()
+			if got, want := blockerTypes(last), "steer.Paused steer.Held *block.Window *block.Pods *block.Alerts *block.Inhibitors"; got != want {
+				t.Errorf("the last look's blockers %s, want %s", got, want)
+			}
+			if r := last[0].(steer.Paused).Reader; r.Watch != nil || r.Cached {
+				t.Errorf("the last look reads the pause as %+v, want fresh", r)
+			}
+			if r := last[1].(steer.Held).Reader; r.Watch != nil || r.Cached {
+				t.Errorf("the last look reads the hold as %+v, want fresh", r)
 			}
 			if r, ok := d.Rebooter.(host.CommandRebooter); !ok || !reflect.DeepEqual(r.Argv, []string{"/sbin/reboot", "now"}) || r.Timeout != 5*time.Minute {
 				t.Errorf("rebooter %#v", d.Rebooter)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +40,26 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 	return d.finishAbort(ctx, log, c)
 }
 
+// lastLook is the blockers as the look before the cordon asks them: the
+// operator's orders fresh (FreshOrders) in place of those of their kinds,
+// as the look before an announce reads them.
+func (d *Daemon) lastLook() []block.Blocker {
+	if len(d.FreshOrders) == 0 {
+		return d.Blockers
+	}
+	fresh := map[string]bool{}
+	for _, b := range d.FreshOrders {
+		fresh[b.Kind()] = true
+	}
+	out := slices.Clone(d.FreshOrders)
+	for _, b := range d.Blockers {
+		if !fresh[b.Kind()] {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
 // cordon: the slot was just taken. The blockers are checked again right
 // before the first disruptive step (blocked: the slot is given back);
 // then the cordon is recorded in the claim and made in one conditional
@@ -46,7 +67,7 @@ func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Cla
 func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	d.setStateMetric("draining")
 	d.setQueuePositionMetric(-1)
-	blocked := block.Check(ctx, d.Blockers)
+	blocked := block.Check(ctx, d.lastLook())
 	d.setBlockersMetric(blocked)
 	d.notePaused(ctx, log, blocked)
 	if len(blocked) > 0 {

@@ -27,6 +27,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/daemon/printable"
 	"github.com/kured-host/kured-host/daemon/sentinel"
+	"github.com/kured-host/kured-host/daemon/steer"
 )
 
 // ServiceManager is systemd, told of the daemon's state (sd_notify:
@@ -114,6 +115,13 @@ type Daemon struct {
 	Settings    SettingsReader
 	Reload      func(cluster string) (config.Config, error)
 	BlockersFor func(config.Config) []block.Blocker
+	// OrdersWatch, if set, runs from the start: the looks at the
+	// operator's orders (in Blockers) and at the settings read it.
+	OrdersWatch *steer.Watch
+	// FreshOrders, if set, are the operator's orders read fresh, for
+	// the last look before the cordon: they stand in for the Blockers
+	// of their kinds, which a watch may answer a moment late.
+	FreshOrders []block.Blocker
 
 	// holding is the holding claim of this boot as the last step saw it:
 	// a claim that vanishes from under it goes through the lost path.
@@ -183,6 +191,9 @@ func (d *Daemon) start(ctx context.Context, log *slog.Logger) error {
 	}
 	if err := d.Lock.Start(ctx); err != nil {
 		return err
+	}
+	if d.OrdersWatch != nil {
+		d.OrdersWatch.Run(ctx)
 	}
 	if _, _, err := d.Lock.Own(ctx); err != nil && !errors.Is(err, claim.ErrUnparsable) {
 		return err

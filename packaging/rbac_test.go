@@ -28,7 +28,7 @@ func TestRBACIsReadOnly(t *testing.T) {
 		want  rbacv1.PolicyRule
 	}{
 		{"ClusterRole", o.NodeReader.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}},
-		{"Role", o.Settings.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"kured-host"}, Verbs: []string{"get"}}},
+		{"Role", o.Settings.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"kured-host"}, Verbs: []string{"get", "list", "watch"}}},
 	}
 	for _, r := range rules {
 		if len(r.rules) != 1 {

@@ -136,6 +136,9 @@ type Need struct {
 	For string
 	// Manifest: kured-host's RBAC manifest is what grants it.
 	Manifest bool
+	// Without, if set, is how the daemon does without it: it is a
+	// warning then, not a failure.
+	Without string
 }
 
 // String reads as "get, list, watch nodes".
@@ -169,7 +172,11 @@ func Needs(node string) []Need {
 		For: "to read every node's claim", Manifest: true,
 	}, {
 		Verbs: []string{"get"}, Attrs: authorizationv1.ResourceAttributes{Resource: "configmaps", Namespace: steer.Namespace, Name: steer.Name},
-		For: "to read an operator's pause (kured-host pause)", Manifest: true,
+		For: "to read an operator's pause (kured-host pause) and the cluster's settings", Manifest: true,
+	}, {
+		Verbs: []string{"list", "watch"}, Attrs: authorizationv1.ResourceAttributes{Resource: "configmaps", Namespace: steer.Namespace, Name: steer.Name},
+		For: "to watch them", Manifest: true,
+		Without: "it reads them at each look, once a minute while it waits",
 	}}
 	if node == "" {
 		return needs
@@ -243,6 +250,9 @@ func permission(ctx context.Context, a Access, n Need) Finding {
 	}
 	denied := Need{Verbs: missing, Attrs: n.Attrs}
 	f := finding(Fail, check, "may not %s, which it needs %s", denied, n.For)
+	if n.Without != "" {
+		f = finding(Warn, check, "may not %s %s: %s", denied, n.For, n.Without)
+	}
 	if len(reasons) > 0 {
 		f.Message += " (" + strings.Join(reasons, "; ") + ")"
 	}

@@ -137,7 +137,8 @@ func (f *fakeAccess) OnePod(context.Context, string) (string, string, error) {
 
 func TestPermissions(t *testing.T) {
 	all := []string{
-		"get nodes", "list nodes", "watch nodes", "get configmaps kube-system/kured-host", "patch nodes n1", "list pods with spec.nodeName=n1",
+		"get nodes", "list nodes", "watch nodes", "get configmaps kube-system/kured-host",
+		"list configmaps kube-system/kured-host", "watch configmaps kube-system/kured-host", "patch nodes n1", "list pods with spec.nodeName=n1",
 		"create pods/eviction", "create events in default",
 	}
 	tests := []struct {
@@ -146,25 +147,28 @@ func TestPermissions(t *testing.T) {
 		node     string
 		asked    []string
 		levels   []Level
-		in       string // in the first failure, or the last finding
+		in       string // in the first failure or warning, or the last finding
 		manifest bool
 	}{
-		{"all allowed, no pod", fakeAccess{}, "n1", all, []Level{OK, OK, OK, OK, OK, OK}, "create events in default (to report alarms", false},
+		{"all allowed, no pod", fakeAccess{}, "n1", all, []Level{OK, OK, OK, OK, OK, OK, OK}, "create events in default (to report alarms", false},
 		{"all allowed, with a pod", fakeAccess{pod: [2]string{"web", "web-0"}}, "n1", append(all, "get pods web/web-0"),
-			[]Level{OK, OK, OK, OK, OK, OK, OK}, "get pods web/web-0 (to wait for evicted pods to go", false},
-		{"node unknown: only the cluster's", fakeAccess{}, "", all[:4], []Level{OK, OK}, "get configmaps kube-system/kured-host (to read an operator's pause", false},
-		{"no grant for the pause", fakeAccess{deny: map[string]string{"get configmaps kube-system/kured-host": ""}}, "n1", all, []Level{OK, Fail, OK, OK, OK, OK},
+			[]Level{OK, OK, OK, OK, OK, OK, OK, OK}, "get pods web/web-0 (to wait for evicted pods to go", false},
+		{"node unknown: only the cluster's", fakeAccess{}, "", all[:6], []Level{OK, OK, OK}, "list, watch configmaps kube-system/kured-host (to watch them)", false},
+		{"no grant for the pause", fakeAccess{deny: map[string]string{"get configmaps kube-system/kured-host": ""}}, "n1", all, []Level{OK, Fail, OK, OK, OK, OK, OK},
 			"may not get configmaps kube-system/kured-host, which it needs to read an operator's pause", true},
+		{"an RBAC manifest from before the watch", fakeAccess{deny: map[string]string{"list configmaps kube-system/kured-host": "", "watch configmaps kube-system/kured-host": ""}},
+			"n1", all, []Level{OK, OK, Warn, OK, OK, OK, OK},
+			"may not list, watch configmaps kube-system/kured-host to watch them: it reads them at each look, once a minute while it waits. kured-host's RBAC manifest grants it (this version added it)", true},
 		{"no RBAC manifest", fakeAccess{deny: map[string]string{"get nodes": "node 'n1' cannot read all nodes, only its own Node object", "list nodes": "", "watch nodes": ""}, pod: [2]string{"web", "web-0"}},
-			"n1", append(all, "get pods web/web-0"), []Level{Fail, OK, OK, OK, OK, OK, OK},
+			"n1", append(all, "get pods web/web-0"), []Level{Fail, OK, OK, OK, OK, OK, OK, OK},
 			"may not get, list, watch nodes, which it needs to read every node's claim (node 'n1' cannot read all nodes, only its own Node object). Since Kubernetes 1.32", true},
 		{"no pod list, so no pod get", fakeAccess{deny: map[string]string{"list pods with spec.nodeName=n1": ""}, pod: [2]string{"web", "web-0"}}, "n1", all,
-			[]Level{OK, OK, OK, Fail, OK, OK}, "may not list pods with spec.nodeName=n1, which it needs to find the pods to drain and blocking pods", false},
-		{"no eviction", fakeAccess{deny: map[string]string{"create pods/eviction": ""}}, "n1", all, []Level{OK, OK, OK, OK, Fail, OK},
+			[]Level{OK, OK, OK, OK, Fail, OK, OK}, "may not list pods with spec.nodeName=n1, which it needs to find the pods to drain and blocking pods", false},
+		{"no eviction", fakeAccess{deny: map[string]string{"create pods/eviction": ""}}, "n1", all, []Level{OK, OK, OK, OK, OK, Fail, OK},
 			"may not create pods/eviction, which it needs to drain", false},
-		{"pod list fails", fakeAccess{podErr: errors.New("timeout")}, "n1", all, []Level{OK, OK, OK, OK, OK, OK, Fail}, "list the pods on n1: timeout", false},
-		{"reviews fail", fakeAccess{err: errors.New("connection refused")}, "n1", []string{"get nodes", "get configmaps kube-system/kured-host", "patch nodes n1", "list pods with spec.nodeName=n1", "create pods/eviction", "create events in default"},
-			[]Level{Fail, Fail, Fail, Fail, Fail, Fail}, "cannot ask whether it may get nodes (SelfSubjectAccessReview): connection refused", false},
+		{"pod list fails", fakeAccess{podErr: errors.New("timeout")}, "n1", all, []Level{OK, OK, OK, OK, OK, OK, OK, Fail}, "list the pods on n1: timeout", false},
+		{"reviews fail", fakeAccess{err: errors.New("connection refused")}, "n1", []string{"get nodes", "get configmaps kube-system/kured-host", "list configmaps kube-system/kured-host", "patch nodes n1", "list pods with spec.nodeName=n1", "create pods/eviction", "create events in default"},
+			[]Level{Fail, Fail, Fail, Fail, Fail, Fail, Fail}, "cannot ask whether it may get nodes (SelfSubjectAccessReview): connection refused", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -176,7 +180,7 @@ func TestPermissions(t *testing.T) {
 				if f.Check != "permissions" {
 					t.Errorf("check %q", f.Check)
 				}
-				if f.Level == Fail && first == nil {
+				if f.Level != OK && first == nil {
 					first = &fs[i]
 				}
 			}

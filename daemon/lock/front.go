@@ -148,8 +148,7 @@ func (l *Lock) counts(q claim.Queue, c queue.Class, now time.Time) func(claim.Pa
 // self is this node as the queue reads it, from its claim as this daemon
 // knows it.
 func (l *Lock) self() claim.Participant {
-	cur := l.current()
-	return claim.Participant{Name: l.o.Node, Labels: cur.labels, Ready: true, Claim: cur.claim}
+	return l.current().participant(l.o.Node)
 }
 
 // frontSnapshot is the front as this node knows it: the watch's cache of

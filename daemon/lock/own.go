@@ -31,6 +31,12 @@ type ownClaim struct {
 	at time.Time
 }
 
+// participant is this node in the queue as its daemon knows it: always
+// Ready, since the daemon asking is running.
+func (c ownClaim) participant(node string) claim.Participant {
+	return claim.Participant{Name: node, Labels: c.labels, Ready: true, Claim: c.claim}
+}
+
 // Own reads the node's claim with a consistent GET (never a cache) and
 // remembers it as the base of the next conditional write.
 func (l *Lock) Own(ctx context.Context) (claim.Claim, claim.State, error) {

@@ -19,7 +19,7 @@ import (
 func (l *Lock) withOwn(ps []claim.Participant, cur ownClaim) []claim.Participant {
 	ps = slices.DeleteFunc(ps, func(p claim.Participant) bool { return p.Name == l.o.Node })
 	if cur.state != "" {
-		ps = append(ps, claim.Participant{Name: l.o.Node, Labels: cur.labels, Ready: true, Claim: cur.claim})
+		ps = append(ps, cur.participant(l.o.Node))
 	}
 	return ps
 }

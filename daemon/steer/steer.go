@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -52,7 +53,7 @@ const (
 
 const (
 	noReasonGiven  = "no reason given"
-	grantForReader = "`kured-host rbac | kubectl apply -f -` grants it (get on that one ConfigMap for the group system:nodes)"
+	grantForReader = "`kured-host rbac | kubectl apply -f -` grants it (get, list and watch on that one ConfigMap for the group system:nodes)"
 )
 
 // Order is a pause or a hold: why, who and since when, as the object
@@ -130,6 +131,8 @@ type Reader struct {
 	// "0"), which costs it no etcd read: for the looks a waiting node
 	// takes now and then. The look right before an announce is fresh.
 	Cached bool
+	// Watch, when set and live, answers instead of a read.
+	Watch *Watch
 }
 
 func (r Reader) get() metav1.GetOptions {
@@ -142,7 +145,7 @@ func (r Reader) get() metav1.GetOptions {
 // Pause reads the cluster's pause. No object means no pause. A read that
 // is refused says which grant is missing.
 func (r Reader) Pause(ctx context.Context) (Order, bool, error) {
-	cm, err := r.Client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, r.get())
+	cm, err := r.configMap(ctx)
 	switch {
 	case apierrors.IsNotFound(err):
 		return Order{}, false, nil
@@ -157,7 +160,7 @@ func (r Reader) Pause(ctx context.Context) (Order, bool, error) {
 
 // Settings reads the cluster's settings ("" when there are none).
 func (r Reader) Settings(ctx context.Context) (string, error) {
-	cm, err := r.Client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, r.get())
+	cm, err := r.configMap(ctx)
 	switch {
 	case apierrors.IsNotFound(err):
 		return "", nil
@@ -171,12 +174,28 @@ func (r Reader) Settings(ctx context.Context) (string, error) {
 
 // Hold reads this node's hold from its Node.
 func (r Reader) Hold(ctx context.Context) (Order, bool, error) {
+	if m, ok := r.Watch.nodeMeta(); ok {
+		o, held := HoldOf(m)
+		return o, held, nil
+	}
 	n, err := r.Client.CoreV1().Nodes().Get(ctx, r.Node, r.get())
 	if err != nil {
 		return Order{}, false, fmt.Errorf("read node %s for a hold: %w", r.Node, err)
 	}
 	o, held := HoldOf(n)
 	return o, held, nil
+}
+
+// configMap is the cluster's ConfigMap, from the watch if it is live,
+// else read; a ConfigMap that is not there is a NotFound error either way.
+func (r Reader) configMap(ctx context.Context) (*corev1.ConfigMap, error) {
+	if cm, ok := r.Watch.configMap(); ok {
+		if cm == nil {
+			return nil, apierrors.NewNotFound(corev1.Resource("configmaps"), Name)
+		}
+		return cm, nil
+	}
+	return r.Client.CoreV1().ConfigMaps(Namespace).Get(ctx, Name, r.get())
 }
 
 // Paused blocks while the cluster is paused. Its Kind, "paused", tells the

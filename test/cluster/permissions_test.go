@@ -159,6 +159,24 @@ func TestNodePermissions(t *testing.T) {
 			_, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
 			return err
 		}},
+		{"list the ConfigMap kube-system/kured-host by name (RBAC manifest)", true, func(ctx context.Context) error {
+			_, err := c.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=kured-host"})
+			return err
+		}},
+		{"watch the ConfigMap kube-system/kured-host by name (RBAC manifest)", true, func(ctx context.Context) error {
+			w, err := c.CoreV1().ConfigMaps("kube-system").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=kured-host"})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+		{"watch ConfigMaps in kube-system", false, func(ctx context.Context) error {
+			w, err := c.CoreV1().ConfigMaps("kube-system").Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
 		{"pause the cluster (write kube-system/kured-host)", false, func(ctx context.Context) error {
 			_, err := c.CoreV1().ConfigMaps("kube-system").Create(ctx, &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{Name: "kured-host"}, Data: map[string]string{"paused": "by a node"},

@@ -110,6 +110,13 @@ func TestPriorityLevels(t *testing.T) {
 			_, err := kube.CoreV1().ConfigMaps(steer.Namespace).Get(ctx, steer.Name, metav1.GetOptions{})
 			return ignore(err)
 		}},
+		{"kured-host", "watch the ConfigMap kube-system/kured-host by name (pause, settings)", func() error {
+			w, err := kube.CoreV1().ConfigMaps(steer.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + steer.Name})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
 		{"kured-host", "list its pods (drain, pod blockers)", func() error {
 			_, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + me.Name})
 			return err
@@ -189,17 +196,18 @@ func TestPriorityLevels(t *testing.T) {
 	}
 
 	want := map[string]string{
-		"list the claimed Nodes (metadata)":                          "system-node-high/node-high",
-		"watch the claimed Nodes (metadata)":                         "system-node-high/node-high",
-		"get its own Node (confirm)":                                 "system-node-high/node-high",
-		"patch its own Node (claim, cordon, marks)":                  "system-node-high/node-high",
-		"get the ConfigMap kube-system/kured-host (pause, settings)": "system-nodes/system",
-		"list its pods (drain, pod blockers)":                        "system-nodes/system",
-		"create an eviction (drain)":                                 "system-nodes/system",
-		"create an Event":                                            "system-nodes/system",
-		"create a SelfSubjectReview (identity)":                      "system-nodes/system",
-		"patch its Node's status (heartbeat)":                        "system-node-high/node-high",
-		"update its Lease (heartbeat)":                               "system-node-high/node-high",
+		"list the claimed Nodes (metadata)":                                    "system-node-high/node-high",
+		"watch the claimed Nodes (metadata)":                                   "system-node-high/node-high",
+		"get its own Node (confirm)":                                           "system-node-high/node-high",
+		"patch its own Node (claim, cordon, marks)":                            "system-node-high/node-high",
+		"get the ConfigMap kube-system/kured-host (pause, settings)":           "system-nodes/system",
+		"watch the ConfigMap kube-system/kured-host by name (pause, settings)": "system-nodes/system",
+		"list its pods (drain, pod blockers)":                                  "system-nodes/system",
+		"create an eviction (drain)":                                           "system-nodes/system",
+		"create an Event":                                                      "system-nodes/system",
+		"create a SelfSubjectReview (identity)":                                "system-nodes/system",
+		"patch its Node's status (heartbeat)":                                  "system-node-high/node-high",
+		"update its Lease (heartbeat)":                                         "system-node-high/node-high",
 	}
 	got := table(true)
 	for what, w := range want {

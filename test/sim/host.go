@@ -320,14 +320,16 @@ func (h *Host) startDaemon() {
 		},
 	}))
 	cfg := h.Cfg
-	orders := daemon.Orders(c.Kube, h.Name, true)
+	watch := &steer.Watch{Client: c.Kube, Metadata: c.Meta, Node: h.Name, Log: log.With("component", "steer")}
+	looks := steer.Reader{Client: c.Kube, Node: h.Name, Cached: true, Watch: watch}
+	orders, fresh := daemon.Orders(looks), daemon.Orders(steer.Reader{Client: c.Kube, Node: h.Name})
 	l := lock.New(lock.Options{
 		Client: c.Kube, Metadata: c.Meta, Node: h.Name, Limits: cfg.Lock.Limits(),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		Now: h.now, ServerNow: time.Now, BootID: h.BootID, Log: log,
 		Rand:        rand.New(rand.NewPCG(h.w.rngUint(), h.w.rngUint())),
-		MayAnnounce: daemon.MayAnnounce(daemon.Orders(c.Kube, h.Name, false)),
+		MayAnnounce: daemon.MayAnnounce(fresh),
 	})
 	d := &daemon.Daemon{
 		Config: cfg, Log: log, Manager: noNotify{}, Lock: l, Sentinel: h,
@@ -355,7 +357,9 @@ func (h *Host) startDaemon() {
 		Blockers: h.blockers(orders, cfg),
 		// The cluster's settings, over this host's configuration: the
 		// simulated hosts have no files, so every setting applies.
-		Settings: steer.Reader{Client: c.Kube, Node: h.Name, Cached: true},
+		Settings:    looks,
+		OrdersWatch: watch,
+		FreshOrders: fresh,
 		Reload: func(cluster string) (config.Config, error) {
 			l, err := config.ApplyCluster(h.Cfg, cluster)
 			if err != nil {

@@ -306,3 +306,45 @@ func TestMeterCountsEveryClient(t *testing.T) {
 		t.Errorf("%d requests in all, want 4", f.Requests)
 	}
 }
+
+// TestConfigMapWatch: a node may list and watch the one ConfigMap it may
+// read, by name, and sees an admin's writes to it, in order; without the
+// name, or for another ConfigMap, it is refused, as RBAC's resourceNames
+// refuse it.
+func TestConfigMapWatch(t *testing.T) {
+	s := NewStore()
+	cms := s.Client(NodeIdentity("a")).Kube.CoreV1().ConfigMaps("kube-system")
+	ctx := context.Background()
+	byName := metav1.ListOptions{FieldSelector: "metadata.name=kured-host"}
+	for _, o := range []metav1.ListOptions{{}, {FieldSelector: "metadata.name=other"}} {
+		if _, err := cms.List(ctx, o); !apierrors.IsForbidden(err) {
+			t.Errorf("list %q: %v, want forbidden", o.FieldSelector, err)
+		}
+		if _, err := cms.Watch(ctx, o); !apierrors.IsForbidden(err) {
+			t.Errorf("watch %q: %v, want forbidden", o.FieldSelector, err)
+		}
+	}
+	list, err := cms.List(ctx, byName)
+	if err != nil || len(list.Items) != 0 {
+		t.Fatalf("list by name before there is one: %v, %v", list, err)
+	}
+	w, err := cms.Watch(ctx, metav1.ListOptions{FieldSelector: byName.FieldSelector, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	s.SetConfigMap("kube-system", "other", map[string]string{"x": "1"})
+	s.SetConfigMap("kube-system", "kured-host", map[string]string{"paused": "a"})
+	s.EditConfigMap("kube-system", "kured-host", func(d map[string]string) { d["paused"] = "b" })
+	s.SetConfigMap("kube-system", "kured-host", nil)
+	var got []string
+	for range 3 {
+		e := <-w.ResultChan()
+		cm := e.Object.(*corev1.ConfigMap)
+		got = append(got, fmt.Sprintf("%s %s=%s", e.Type, cm.Name, cm.Data["paused"]))
+	}
+	want := []string{"ADDED kured-host=a", "MODIFIED kured-host=b", "DELETED kured-host=b"}
+	if !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}

@@ -205,6 +205,12 @@ func (c *Client) serve(r Request, a k8stesting.Action) (runtime.Object, error) {
 		return ev, s.evict(c.who, ev.Namespace, ev.Name)
 	case r.Resource == "configmaps" && r.Verb == "get":
 		return s.getConfigMap(c.who, r.Namespace, r.Name)
+	case r.Resource == "configmaps" && r.Verb == "list":
+		list, err := s.listConfigMaps(c.who, r.Namespace, a.(k8stesting.ListActionImpl).ListOptions)
+		if err != nil {
+			return nil, err // not a typed nil: the fake client reads it
+		}
+		return list, nil
 	case r.Resource == "events" && r.Verb == "create":
 		e := a.(k8stesting.CreateAction).GetObject().(*corev1.Event)
 		s.mu.Lock()
@@ -399,6 +405,14 @@ func (c *Client) reactWatch(a k8stesting.Action) (bool, watch.Interface, error) 
 		return true, nil, err
 	}
 	o := a.(k8stesting.WatchActionImpl).ListOptions
+	if r.Resource == "configmaps" {
+		c.s.mu.Lock()
+		err := c.s.authorizeConfigMapRead(c.who, r.Namespace, o.FieldSelector, "watch")
+		c.s.mu.Unlock()
+		if err != nil {
+			return true, nil, err
+		}
+	}
 	w, err := c.s.startWatch(c.who+"#"+c.id(), r.Resource, o, typed(r.Resource), c.watchLag(r))
 	return true, w, err
 }

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 
@@ -107,7 +108,7 @@ type Store struct {
 type change struct {
 	rv       uint64
 	resource string
-	old, new any // *corev1.Node or *corev1.Pod; nil when absent
+	old, new any // *corev1.Node, *corev1.Pod or *corev1.ConfigMap; nil when absent
 }
 
 // name is the changed object's name.
@@ -143,15 +144,33 @@ const ReadableConfigMap = "kube-system/kured-host"
 func (s *Store) SetConfigMap(namespace, name string, data map[string]string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key := namespace + "/" + name
-	if data == nil {
-		delete(s.configMaps, key)
+	var cm *corev1.ConfigMap
+	if data != nil {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Data: maps.Clone(data)}
+	}
+	s.putConfigMap(namespace+"/"+name, cm)
+}
+
+// putConfigMap stores cm (nil deletes key) and tells the watchers. s.mu
+// is held.
+func (s *Store) putConfigMap(key string, cm *corev1.ConfigMap) {
+	old, had := s.configMaps[key]
+	if !had && cm == nil {
 		return
 	}
-	s.configMaps[key] = &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Data:       maps.Clone(data),
+	rv := s.next()
+	var o, nw any
+	if had {
+		o = old
 	}
+	if cm == nil {
+		delete(s.configMaps, key)
+	} else {
+		cm.ResourceVersion = strconv.FormatUint(rv, 10)
+		s.configMaps[key] = cm
+		nw = cm
+	}
+	s.publish(change{rv: rv, resource: "configmaps", old: o, new: nw})
 }
 
 // EditConfigMap is an admin's patch of a ConfigMap's data, created if
@@ -165,7 +184,7 @@ func (s *Store) EditConfigMap(namespace, name string, change func(map[string]str
 		data = maps.Clone(cm.Data)
 	}
 	change(data)
-	s.configMaps[key] = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Data: data}
+	s.putConfigMap(key, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Data: data})
 }
 
 // ConfigMapData is a ConfigMap's data, nil if there is none.
@@ -174,6 +193,44 @@ func (s *Store) ConfigMapData(namespace, name string) map[string]string {
 	defer s.mu.Unlock()
 	if cm, ok := s.configMaps[namespace+"/"+name]; ok {
 		return maps.Clone(cm.Data)
+	}
+	return nil
+}
+
+// listConfigMaps lists the ConfigMaps of namespace o selects. A node may
+// list only the one it may read, by name, as RBAC's resourceNames allow.
+func (s *Store) listConfigMaps(who, namespace string, o metav1.ListOptions) (*corev1.ConfigMapList, error) {
+	match, err := selector(o)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.authorizeConfigMapRead(who, namespace, o.FieldSelector, "list"); err != nil {
+		return nil, err
+	}
+	list := &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatUint(s.rv, 10)}}
+	for _, obj := range s.current("configmaps") {
+		if cm := obj.(*corev1.ConfigMap); cm.Namespace == namespace && match(cm) {
+			list.Items = append(list.Items, *cm.DeepCopy())
+		}
+	}
+	return list, nil
+}
+
+// authorizeConfigMapRead: a node may list or watch ConfigMaps only with a
+// field selector naming the one it may read. s.mu is held.
+func (s *Store) authorizeConfigMapRead(who, namespace, fieldSelector, verb string) error {
+	if who == Admin {
+		return nil
+	}
+	fs, err := fields.ParseSelector(fieldSelector)
+	name, named := "", false
+	if err == nil {
+		name, named = fs.RequiresExactMatch("metadata.name")
+	}
+	if !named || namespace+"/"+name != ReadableConfigMap {
+		return s.deny(who, verb+" configmaps in "+namespace+" ("+fieldSelector+")")
 	}
 	return nil
 }

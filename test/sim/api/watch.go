@@ -223,6 +223,8 @@ func selector(o metav1.ListOptions) (func(any) bool, error) {
 			m = o
 		case *corev1.Pod:
 			m = o
+		case *corev1.ConfigMap:
+			m = o
 		default:
 			return false
 		}
@@ -254,10 +256,17 @@ func typed(kind string) func(any, uint64) runtime.Object {
 			c := o.DeepCopy()
 			c.ResourceVersion = strconv.FormatUint(rv, 10)
 			return c
+		case *corev1.ConfigMap:
+			c := o.DeepCopy()
+			c.ResourceVersion = strconv.FormatUint(rv, 10)
+			return c
 		}
 		// A bookmark: an empty object of the kind, at rv.
-		if kind == "pods" {
+		switch kind {
+		case "pods":
 			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: strconv.FormatUint(rv, 10)}}
+		case "configmaps":
+			return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ResourceVersion: strconv.FormatUint(rv, 10)}}
 		}
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{ResourceVersion: strconv.FormatUint(rv, 10)}}
 	}
@@ -388,6 +397,10 @@ func (s *Store) current(resource string) []any {
 	case "pods":
 		for _, k := range slices.Sorted(maps.Keys(s.pods)) {
 			out = append(out, s.pods[k])
+		}
+	case "configmaps":
+		for _, k := range slices.Sorted(maps.Keys(s.configMaps)) {
+			out = append(out, s.configMaps[k])
 		}
 	}
 	return out

@@ -1,0 +1,198 @@
+package steer
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Watch keeps the orders as the API server last sent them: the cluster's
+// ConfigMap and this node's labels and annotations, each watched by name.
+// A waiting node looks at its orders at every recheck; a GET for each
+// look made a node's cost grow with the length of its wait, and a roll's
+// with the square of its nodes. Until a watch has filled its cache, or
+// while it is failing, or when the node may not watch (an RBAC applied
+// before the grant had the verb), a look reads the object as before. The
+// look right before an announce always reads fresh (it does not use the
+// watch).
+//
+// A watch that stalls without failing is not read past its end: client-go
+// asks each watch to end after 5 to 10 minutes and resumes it from its
+// resourceVersion.
+type Watch struct {
+	Client kubernetes.Interface
+	// Metadata, when set, watches the Node's metadata only (a hold is
+	// labels and annotations); else whole Nodes.
+	Metadata metadata.Interface
+	Node     string
+	Log      *slog.Logger
+
+	once     sync.Once
+	cm, node *watched
+}
+
+// watched is one informer and whether its cache can be read.
+type watched struct {
+	inf cache.SharedIndexInformer
+	mu  sync.Mutex
+	// failing: its last List or watch failed, at brokenAt (its
+	// resourceVersion then), and no List has succeeded since.
+	failing  bool
+	brokenAt string
+	// refused: the API server forbids it; the informer is stopped.
+	refused bool
+}
+
+// Run watches until ctx ends. It returns at once; the Watch is read
+// directly (by GET) until its caches fill.
+func (w *Watch) Run(ctx context.Context) {
+	w.once.Do(func() {
+		w.cm = w.start(ctx, "the ConfigMap "+Namespace+"/"+Name, w.configMapListWatch(), &corev1.ConfigMap{})
+		lw, example := w.nodeListWatch()
+		w.node = w.start(ctx, "its Node", lw, example)
+	})
+}
+
+func (w *Watch) start(ctx context.Context, what string, lw *cache.ListWatch, example runtime.Object) *watched {
+	wd := &watched{inf: cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})}
+	ictx, cancel := context.WithCancel(ctx)
+	log := w.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	_ = wd.inf.SetTransform(func(obj any) (any, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetManagedFields(nil)
+		}
+		if n, ok := obj.(*corev1.Node); ok {
+			// A hold is in the metadata: the status (images,
+			// conditions) would take most of the cache.
+			return &corev1.Node{ObjectMeta: n.ObjectMeta}, nil
+		}
+		return obj, nil
+	})
+	_ = wd.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		wd.mu.Lock()
+		wd.failing, wd.brokenAt = true, wd.inf.LastSyncResourceVersion()
+		refused := apierrors.IsForbidden(err) && !wd.refused
+		wd.refused = wd.refused || apierrors.IsForbidden(err)
+		wd.mu.Unlock()
+		if refused {
+			log.Warn("may not watch "+what+"; reading it at each look instead", "err", err,
+				"fix", "`kured-host rbac | kubectl apply -f -` grants list and watch on it")
+			cancel()
+			return
+		}
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	})
+	go wd.inf.RunWithContext(ictx)
+	return wd
+}
+
+// live reports whether the cache can be read: filled, not failing, not
+// refused.
+func (wd *watched) live() bool {
+	if wd == nil || !wd.inf.HasSynced() {
+		return false
+	}
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	if wd.failing && wd.inf.LastSyncResourceVersion() != wd.brokenAt {
+		wd.failing = false // a List has succeeded since
+	}
+	return !wd.failing && !wd.refused
+}
+
+// one is the object the cache holds (nil if there is none), and whether
+// the cache can be read.
+func (wd *watched) one() (any, bool) {
+	if !wd.live() {
+		return nil, false
+	}
+	items := wd.inf.GetStore().List()
+	if len(items) == 0 {
+		return nil, true
+	}
+	return items[0], true
+}
+
+// configMap is the cluster's ConfigMap as watched (nil if there is none),
+// and whether the watch can be read.
+func (w *Watch) configMap() (*corev1.ConfigMap, bool) {
+	if w == nil {
+		return nil, false
+	}
+	obj, ok := w.cm.one()
+	if !ok {
+		return nil, false
+	}
+	cm, _ := obj.(*corev1.ConfigMap)
+	return cm, true
+}
+
+// nodeMeta is this node's metadata as watched, and whether the watch can
+// be read (a Node that is not there cannot: its hold is read, and the
+// read says what is wrong).
+func (w *Watch) nodeMeta() (metav1.Object, bool) {
+	if w == nil {
+		return nil, false
+	}
+	obj, ok := w.node.one()
+	m, isMeta := obj.(metav1.Object)
+	if !ok || !isMeta {
+		return nil, false
+	}
+	return m, true
+}
+
+func (w *Watch) configMapListWatch() *cache.ListWatch {
+	cms := w.Client.CoreV1().ConfigMaps(Namespace)
+	return byName(Name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return cms.List(ctx, o)
+	}, cms.Watch)
+}
+
+func (w *Watch) nodeListWatch() (*cache.ListWatch, runtime.Object) {
+	if w.Metadata != nil {
+		nodes := w.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes"))
+		return byName(w.Node, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return nodes.List(ctx, o)
+		}, nodes.Watch), &metav1.PartialObjectMetadata{}
+	}
+	nodes := w.Client.CoreV1().Nodes()
+	return byName(w.Node, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return nodes.List(ctx, o)
+	}, nodes.Watch), &corev1.Node{}
+}
+
+// byName lists and watches the one object called name: RBAC lets a
+// grant limited to resourceNames list and watch with this field selector.
+func byName(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	sel := "metadata.name=" + name
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return watchFn(ctx, o)
+		},
+	}
+}
+
+// Live reports whether the looks are answered from the watch (both caches
+// filled and not failing), at no request each.
+func (w *Watch) Live() bool {
+	return w != nil && w.cm.live() && w.node.live()
+}
