@@ -201,14 +201,14 @@ const resyncEvery = 10 * time.Minute
 // until it should come into the front (true), or its claim is no longer
 // waiting (false). left is when this node last left the front.
 func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
-	whole := false
 	// ahead are the live members of the class ahead of this node that the
 	// last read found, nearest first, not yet followed: when the one
 	// followed turns out NotReady or stopped (a read of metadata does not
 	// show readiness), the next is followed without another read. A
 	// class whose members were all NotReady cost a read per member.
 	var ahead []claim.Participant
-	last := false // the last read reached the class's first place
+	resync := false
+	span := 0 // the span that held the predecessor: a resync reads it first
 	for {
 		if l.current().state != claim.Waiting {
 			return false, nil
@@ -216,7 +216,7 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 		self := l.self()
 		if len(ahead) == 0 {
 			var err error
-			if ahead, last, err = l.findAhead(ctx, self, whole); err != nil {
+			if ahead, span, err = l.findAhead(ctx, self, span); err != nil {
 				return false, err
 			}
 		}
@@ -225,12 +225,17 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 		}
 		pred := ahead[0]
 		ahead = ahead[1:]
-		if whole && last && len(ahead) == 0 && queue.RoleOf(pred.Labels) == queue.RoleBehind {
+		if resync && queue.RoleOf(pred.Labels) == queue.RoleBehind {
+			resync = false
 			// At the head of the class, yet not in the front for a
 			// resync's time: a daemon that writes no front label, or
 			// that hangs; the front passes it over if it must.
-			l.log.Debug("the node ahead heads the queue without coming into the front; entering", "ahead", pred.Name)
-			return true, nil
+			if before, _, err := l.findAhead(ctx, pred, 0); err != nil || len(before) == 0 {
+				if err == nil {
+					l.log.Debug("the node ahead heads the queue without coming into the front; entering", "ahead", pred.Name)
+				}
+				return err == nil, err
+			}
 		}
 		l.setStatus(Status{State: claim.Waiting, Position: -1, Behind: pred.Name, Reason: "behind the front of the queue"})
 		move, why, err := l.watchPredecessor(ctx, self, pred.Name, left.Add(reenterAfter))
@@ -240,8 +245,11 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 		case why == cannotGo:
 			continue // the next one ahead, as read
 		}
-		ahead, whole = nil, why == resyncDue
-		if whole {
+		ahead, resync = nil, why == resyncDue
+		if !resync {
+			span = 0 // it moved: the nearest span first
+		}
+		if resync {
 			// The own claim as it is: an admin may have removed it.
 			if _, _, err := l.Own(ctx); err != nil {
 				return false, err
@@ -250,24 +258,23 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 	}
 }
 
-// findAhead reads the waiting members of self's class just ahead of it,
-// in spans widened until one holds a live member (whole: the whole class
-// ahead at once), and returns those, nearest first; last says the read
-// reached the class's first place.
-func (l *Lock) findAhead(ctx context.Context, self claim.Participant, whole bool) (ahead []claim.Participant, last bool, err error) {
-	class := queue.ClassOf(self).Selector()
-	for try := 0; ; try++ {
-		if whole {
-			try = 1 << 10
-		}
-		span, last := queue.SpanSelector(self.Claim.Since, try)
+// findAhead reads the waiting members of p's class just ahead of it, in
+// spans widened from the span from until one holds a live member (or
+// the read reached the class's first place), and returns those, nearest
+// first, and the span that held them. Each read is of a few members, however long the class: a read
+// of the whole class ahead, at each resync of each node behind the front,
+// would make a roll's bytes grow with the square of its nodes.
+func (l *Lock) findAhead(ctx context.Context, p claim.Participant, from int) ([]claim.Participant, int, error) {
+	class := queue.ClassOf(p).Selector()
+	for try := from; ; try++ {
+		span, last := queue.SpanSelector(p.Claim.Since, try)
 		nodes, _, err := l.listNodes(ctx, class+","+span, "0", "")
 		if err != nil {
-			return nil, false, fmt.Errorf("find the node ahead in the queue: %w", err)
+			return nil, 0, fmt.Errorf("find the node ahead in the queue: %w", err)
 		}
 		var parse claimCache // not kept: the read is this call's
-		if ahead := queue.Ahead(self, l.distrust(l.applyReadiness(parse.participants(nodes)))); len(ahead) > 0 || last {
-			return ahead, last, nil
+		if ahead := queue.Ahead(p, l.distrust(l.applyReadiness(parse.participants(nodes)))); len(ahead) > 0 || last {
+			return ahead, try, nil
 		}
 	}
 }

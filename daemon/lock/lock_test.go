@@ -232,9 +232,9 @@ func waitingNode(t *testing.T, name, zone string, c claim.Claim, role queue.Role
 // member of its class ahead of it with a label selector the API server
 // serves (the fake evaluates it as one does): not a member of another
 // zone or of other limits, not one behind it, not one its watch last
-// read NotReady; it reads wider spans back until one holds a member,
-// and says whether that one heads the class only when the read reached
-// the class's first place.
+// read NotReady; it reads wider spans back until one holds a member;
+// read from that one, it says whether it heads the class (no live
+// member ahead of it).
 func TestFindAhead(t *testing.T) {
 	server := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
 	own := claim.Limits{Concurrency: 3, Groups: []claim.GroupLimit{{Label: config.ZoneLabel, Max: 1}}}
@@ -265,7 +265,7 @@ func TestFindAhead(t *testing.T) {
 		{"a member read NotReady is passed over", []*corev1.Node{
 			waitingNode(t, "a1", "zone-a", at(-time.Minute), queue.RoleBehind),
 			waitingNode(t, "a2", "zone-a", at(-time.Second), queue.RoleBehind),
-		}, []string{"a2"}, "a1", false},
+		}, []string{"a2"}, "a1", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -287,13 +287,17 @@ func TestFindAhead(t *testing.T) {
 			if _, _, err := l.Own(ctx); err != nil {
 				t.Fatal(err)
 			}
-			ahead, last, err := l.findAhead(ctx, l.self(), false)
+			ahead, _, err := l.findAhead(ctx, l.self(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			got, head := "", false
 			if len(ahead) > 0 {
-				got, head = ahead[0].Name, last && len(ahead) == 1
+				before, _, err := l.findAhead(ctx, ahead[0], 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, head = ahead[0].Name, len(before) == 0
 			}
 			if got != tt.want || head != tt.head {
 				t.Errorf("predecessor %q, head %v; want %q, head %v", got, head, tt.want, tt.head)
