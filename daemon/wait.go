@@ -131,30 +131,18 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 	go func() {
 		c, err := d.Lock.Acquire(actx)
 		if err == nil {
-			waited := d.Now().Sub(c.Since)
-			if d.Metrics != nil {
-				d.Metrics.SlotWait.Observe(max(waited, 0).Seconds())
-			}
-			d.event(ctx, log, "Normal", ReasonSlotAcquired, fmt.Sprintf("Took a reboot slot after waiting %s", waited.Round(time.Second)))
+			d.tookSlot(ctx, log, c)
 		}
 		done <- err
 	}()
 	period := min(d.recheck(), 5*time.Second)
 	tick := time.NewTicker(period)
 	defer tick.Stop()
-	lastBlockers := d.Now()
+	looks := looksWhileWaiting{period: period, last: d.Now()}
 	for {
 		select {
 		case err := <-done:
-			switch {
-			case errors.Is(err, lock.ErrLost) || errors.Is(err, lock.ErrNotJoined):
-				log.Warn("the claim went away while waiting; starting over", "err", err)
-				_, _, err = d.Lock.Own(ctx)
-			case errors.Is(err, lock.ErrRefused):
-				// Its turn, but paused or held: the blockers say which.
-				return d.refused(ctx, log)
-			}
-			return err
+			return d.acquireEnded(ctx, log, err)
 		case <-d.Lock.StatusChanged():
 			d.showQueue(d.Lock.Status())
 			continue
@@ -162,21 +150,8 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 		case <-tick.C:
 		}
 		d.showQueue(d.Lock.Status())
-		needed, nerr := d.rebootNeeded()
-		var blocked []block.Blocked
-		// Half a tick early counts as due: a tick that comes a hair
-		// before a whole recheck must not put the look off by a tick.
-		if nerr == nil && needed && d.Now().Sub(lastBlockers) >= d.recheck()-period/2 {
-			blocked = block.Check(ctx, d.Blockers)
-			d.setBlockersMetric(blocked)
-			d.notePaused(ctx, log, blocked)
-			lastBlockers = d.Now()
-			if steer.OnlyPaused(blocked) {
-				d.reportPaused(ctx, log, blocked)
-				continue
-			}
-		}
-		if nerr == nil && needed && len(blocked) == 0 {
+		stay, blocked := d.lookWhileWaiting(ctx, log, &looks)
+		if stay {
 			continue
 		}
 		// Leave the queue: stop acquiring, then withdraw if still waiting.
@@ -184,6 +159,59 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 		<-done
 		return d.leaveQueue(ctx, log, blocked)
 	}
+}
+
+// tookSlot reports the slot taken, and how long the node waited for it.
+func (d *Daemon) tookSlot(ctx context.Context, log *slog.Logger, c claim.Claim) {
+	waited := d.Now().Sub(c.Since)
+	if d.Metrics != nil {
+		d.Metrics.SlotWait.Observe(max(waited, 0).Seconds())
+	}
+	d.event(ctx, log, "Normal", ReasonSlotAcquired, fmt.Sprintf("Took a reboot slot after waiting %s", waited.Round(time.Second)))
+}
+
+// acquireEnded: the lock's Acquire returned err.
+func (d *Daemon) acquireEnded(ctx context.Context, log *slog.Logger, err error) error {
+	switch {
+	case errors.Is(err, lock.ErrLost) || errors.Is(err, lock.ErrNotJoined):
+		log.Warn("the claim went away while waiting; starting over", "err", err)
+		_, _, err = d.Lock.Own(ctx)
+	case errors.Is(err, lock.ErrRefused):
+		// Its turn, but paused or held: the blockers say which.
+		return d.refused(ctx, log)
+	}
+	return err
+}
+
+// looksWhileWaiting paces the looks at the blockers of a waiting node:
+// one each recheck, at the ticks of period.
+type looksWhileWaiting struct {
+	period time.Duration
+	last   time.Time
+}
+
+// lookWhileWaiting says whether the node stays in the queue (the reboot
+// still needed, nothing but a pause blocking it), looking at the
+// blockers when a recheck has passed; if not, what blocks it.
+func (d *Daemon) lookWhileWaiting(ctx context.Context, log *slog.Logger, looks *looksWhileWaiting) (bool, []block.Blocked) {
+	needed, err := d.rebootNeeded()
+	if err != nil || !needed {
+		return false, nil
+	}
+	// Half a tick early counts as due: a tick that comes a hair before
+	// a whole recheck must not put the look off by a tick.
+	if d.Now().Sub(looks.last) < d.recheck()-looks.period/2 {
+		return true, nil
+	}
+	blocked := block.Check(ctx, d.Blockers)
+	d.setBlockersMetric(blocked)
+	d.notePaused(ctx, log, blocked)
+	looks.last = d.Now()
+	if steer.OnlyPaused(blocked) {
+		d.reportPaused(ctx, log, blocked)
+		return true, nil
+	}
+	return len(blocked) == 0, blocked
 }
 
 // refused: the lock would have announced, but the pause or a hold said

@@ -143,8 +143,7 @@ func (l *Lock) clusterSize(ctx context.Context) (int, error) {
 // steps back. It returns the holding claim, ErrNotJoined if there is no
 // claim, or ErrLost if the claim disappeared.
 func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
-	backoff := 200 * time.Millisecond
-	var stayingSince time.Time
+	e := entering{backoff: minStepBack}
 	for {
 		cur := l.current()
 		if cur.err != nil {
@@ -152,6 +151,7 @@ func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
 			// read (an admin's edit): the cycle decides what to do.
 			return claim.Claim{}, fmt.Errorf("%w: %v", ErrLost, cur.err)
 		}
+		var err error
 		switch cur.state {
 		case "":
 			return claim.Claim{}, ErrNotJoined
@@ -160,62 +160,78 @@ func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
 			l.setStatus(Status{State: claim.Holding, Position: -1})
 			return cur.claim, nil
 		case claim.Waiting:
-			stayingSince = time.Time{}
-			if err := l.waitEligible(ctx); err != nil {
-				return claim.Claim{}, err
-			}
-			if l.current().state == claim.Waiting && l.o.MayAnnounce != nil {
-				if err := l.o.MayAnnounce(ctx); err != nil {
-					l.mu.Lock()
-					l.status.State, l.status.Reason = claim.Waiting, err.Error()
-					l.mu.Unlock()
-					return claim.Claim{}, fmt.Errorf("%w: %w", ErrRefused, err)
-				}
-			}
-			if err := l.announce(ctx); err != nil {
-				return claim.Claim{}, err
-			}
+			e.stayingSince = time.Time{}
+			err = l.takeTurn(ctx)
 		case claim.Entering:
-			v, err := l.verify(ctx)
-			if err != nil {
-				return claim.Claim{}, err
-			}
-			switch v.Decision {
-			case claim.Commit:
-				if err := l.commit(ctx); err != nil {
-					return claim.Claim{}, err
-				}
-				backoff = 200 * time.Millisecond
-			case claim.Stay:
-				if stayingSince.IsZero() {
-					stayingSince = l.o.Now()
-				}
-				// Entering claims behind this one step back when they
-				// verify; if they stay, their daemons are gone, and they
-				// keep their units, so give way.
-				if l.o.Now().Sub(stayingSince) > 5*time.Second {
-					if err := l.stepBack(ctx, v.Reason+"; they have not stepped back"); err != nil {
-						return claim.Claim{}, err
-					}
-					continue
-				}
-				l.setStatus(Status{State: claim.Entering, Position: -1, Reason: v.Reason})
-				if err := l.waitChange(ctx, l.jitter(250*time.Millisecond)); err != nil {
-					return claim.Claim{}, err
-				}
-			case claim.StepBack:
-				if err := l.stepBack(ctx, v.Reason); err != nil {
-					return claim.Claim{}, err
-				}
-				if err := sleep(ctx, l.jitter(backoff)); err != nil {
-					return claim.Claim{}, err
-				}
-				backoff = min(2*backoff, 5*time.Second)
-			}
+			err = l.enter(ctx, &e)
 		default:
-			return claim.Claim{}, fmt.Errorf("own claim is in state %q, which this daemon does not write: %w", cur.state, ErrLost)
+			err = fmt.Errorf("own claim is in state %q, which this daemon does not write: %w", cur.state, ErrLost)
+		}
+		if err != nil {
+			return claim.Claim{}, err
 		}
 	}
+}
+
+// takeTurn waits until the queue lets this node go, asks MayAnnounce,
+// and announces.
+func (l *Lock) takeTurn(ctx context.Context) error {
+	if err := l.waitEligible(ctx); err != nil {
+		return err
+	}
+	if l.current().state == claim.Waiting && l.o.MayAnnounce != nil {
+		if err := l.o.MayAnnounce(ctx); err != nil {
+			l.mu.Lock()
+			l.status.State, l.status.Reason = claim.Waiting, err.Error()
+			l.mu.Unlock()
+			return fmt.Errorf("%w: %w", ErrRefused, err)
+		}
+	}
+	return l.announce(ctx)
+}
+
+// The back-off of a node that steps back, doubled each time in a row.
+const (
+	minStepBack = 200 * time.Millisecond
+	maxStepBack = 5 * time.Second
+	// giveWayAfter: entering claims behind this one step back when they
+	// verify; if they stay this long, their daemons are gone, and they
+	// keep their units, so this one gives way.
+	giveWayAfter = 5 * time.Second
+)
+
+// entering is what Acquire remembers between verifies of one announce.
+type entering struct {
+	backoff      time.Duration
+	stayingSince time.Time // since when verify has said stay; zero if not
+}
+
+// enter verifies the entering claim and does what the verdict says.
+func (l *Lock) enter(ctx context.Context, e *entering) error {
+	v, err := l.verify(ctx)
+	if err != nil {
+		return err
+	}
+	switch v.Decision {
+	case claim.Commit:
+		e.backoff = minStepBack
+		return l.commit(ctx)
+	case claim.StepBack:
+		if err := l.stepBack(ctx, v.Reason); err != nil {
+			return err
+		}
+		wait := l.jitter(e.backoff)
+		e.backoff = min(2*e.backoff, maxStepBack)
+		return sleep(ctx, wait)
+	}
+	if e.stayingSince.IsZero() {
+		e.stayingSince = l.o.Now()
+	}
+	if l.o.Now().Sub(e.stayingSince) > giveWayAfter {
+		return l.stepBack(ctx, v.Reason+"; they have not stepped back")
+	}
+	l.setStatus(Status{State: claim.Entering, Position: -1, Reason: v.Reason})
+	return l.waitChange(ctx, l.jitter(250*time.Millisecond))
 }
 
 // published is what this node publishes when announcing: the stricter of

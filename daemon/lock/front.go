@@ -227,14 +227,8 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 		ahead = ahead[1:]
 		if resync && queue.RoleOf(pred.Labels) == queue.RoleBehind {
 			resync = false
-			// At the head of the class, yet not in the front for a
-			// resync's time: a daemon that writes no front label, or
-			// that hangs; the front passes it over if it must.
-			if before, _, err := l.findAhead(ctx, pred, 0); err != nil || len(before) == 0 {
-				if err == nil {
-					l.log.Debug("the node ahead heads the queue without coming into the front; entering", "ahead", pred.Name)
-				}
-				return err == nil, err
+			if enter, err := l.headsOutside(ctx, pred); enter || err != nil {
+				return enter, err
 			}
 		}
 		l.setStatus(Status{State: claim.Waiting, Position: -1, Behind: pred.Name, Reason: "behind the front of the queue"})
@@ -245,17 +239,28 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 		case why == cannotGo:
 			continue // the next one ahead, as read
 		}
-		ahead, resync = nil, why == resyncDue
-		if !resync {
+		ahead = nil
+		if resync = why == resyncDue; !resync {
 			span = 0 // it moved: the nearest span first
-		}
-		if resync {
+		} else if _, _, err := l.Own(ctx); err != nil {
 			// The own claim as it is: an admin may have removed it.
-			if _, _, err := l.Own(ctx); err != nil {
-				return false, err
-			}
+			return false, err
 		}
 	}
+}
+
+// headsOutside reports whether pred, a waiting member with no front
+// label, heads its class (no live member ahead of it): at the head, yet
+// not in the front for a resync's time, its daemon writes no front label,
+// or hangs. The node behind it then enters the front itself; the front
+// passes the silent one over if it must.
+func (l *Lock) headsOutside(ctx context.Context, pred claim.Participant) (bool, error) {
+	before, _, err := l.findAhead(ctx, pred, 0)
+	if err != nil || len(before) > 0 {
+		return false, err
+	}
+	l.log.Debug("the node ahead heads the queue without coming into the front; entering", "ahead", pred.Name)
+	return true, nil
 }
 
 // findAhead reads the waiting members of p's class just ahead of it, in
@@ -318,19 +323,9 @@ func (l *Lock) watchPredecessor(ctx context.Context, self claim.Participant, nam
 			if !isNode {
 				continue
 			}
-			gone := ev.Type == watch.Deleted
-			l.ready.note(name, nodeReady(n) && !gone, l.o.Now())
-			var parse claimCache
-			p := parse.participants([]*corev1.Node{n})
-			if len(p) == 0 {
-				return queue.Find, changed, nil // its claim is gone
-			}
-			pred := l.distrust(p)[0]
-			switch m := queue.Follow(self, pred, gone); {
-			case m == queue.Find && !gone && !queue.Live(pred, nil):
-				return m, cannotGo, nil
+			switch m, why := l.predecessorMoved(self, n, ev.Type == watch.Deleted); {
 			case m == queue.Find:
-				return m, changed, nil
+				return m, why, nil
 			case m == queue.Stay:
 				holdOff = nil
 			case holdOff != nil:
@@ -344,4 +339,22 @@ func (l *Lock) watchPredecessor(ctx context.Context, self claim.Participant, nam
 			}
 		}
 	}
+}
+
+// predecessorMoved reads the predecessor n as its watch delivered it
+// (gone: deleted): the move it calls for, and why when it is Find. It
+// notes the predecessor's readiness.
+func (l *Lock) predecessorMoved(self claim.Participant, n *corev1.Node, gone bool) (queue.Move, findReason) {
+	l.ready.note(n.Name, nodeReady(n) && !gone, l.o.Now())
+	var parse claimCache
+	p := parse.participants([]*corev1.Node{n})
+	if len(p) == 0 {
+		return queue.Find, changed // its claim is gone
+	}
+	pred := l.distrust(p)[0]
+	m := queue.Follow(self, pred, gone)
+	if m == queue.Find && !gone && !queue.Live(pred, nil) {
+		return m, cannotGo
+	}
+	return m, changed
 }
