@@ -46,33 +46,10 @@ type Setup struct {
 // Assemble connects to the API server with the node's own credentials,
 // checks the permissions the lock needs, and builds the daemon.
 func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
-	cfg, log := s.Config, s.Log
-	kc, err := kube.Find(ctx, s.Root, cfg.Kubernetes.Kubeconfig, host.Units{Address: s.BusAddress})
+	c, node, err := connect(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	clock := kube.NewServerClock()
-	rest, err := kc.Rest(s.UserAgent, clock)
-	if err != nil {
-		return nil, err
-	}
-	c := Clients{ServerNow: clock.Now}
-	if c.Kube, err = kubernetes.NewForConfig(rest); err != nil {
-		return nil, fmt.Errorf("client for %s: %w", kc.Path, err)
-	}
-	if c.Metadata, err = metadata.NewForConfig(rest); err != nil {
-		return nil, fmt.Errorf("client for %s: %w", kc.Path, err)
-	}
-	if c.Evictions, err = drain.EvictionClient(rest); err != nil {
-		return nil, fmt.Errorf("client for %s: %w", kc.Path, err)
-	}
-	node := cfg.Kubernetes.NodeName
-	if node == "" {
-		if node, err = kube.NodeName(ctx, c.Kube); err != nil {
-			return nil, err
-		}
-	}
-	log.Info("connected", "kubeconfig", kc.Path, "found_by", kc.How, "server", rest.Host, "node", node)
 	if err := kube.CheckAccess(ctx, c.Kube); err != nil {
 		return nil, err
 	}
@@ -80,12 +57,56 @@ func Assemble(ctx context.Context, s Setup) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	if addr := cfg.Metrics.Address; addr != "" {
+	if addr := s.Config.Metrics.Address; addr != "" {
 		// Never an error: while the address cannot be listened on, Serve
 		// logs, counts and tries again, and the cycle goes on without it.
-		go d.Metrics.Serve(ctx, addr, log)
+		go d.Metrics.Serve(ctx, addr, s.Log)
 	}
 	return d, nil
+}
+
+// MarkStopped is what the unit runs when the daemon has stopped
+// (`kured-host stopped`, ExecStopPost=): it connects as the daemon does
+// and marks the node's waiting claim, if it has one (lock.MarkStopped).
+func MarkStopped(ctx context.Context, s Setup) (bool, error) {
+	c, node, err := connect(ctx, s)
+	if err != nil {
+		return false, err
+	}
+	return lock.MarkStopped(ctx, c.Kube, node)
+}
+
+// connect finds the node's kubeconfig and connects with it; it returns
+// the clients and the node's name.
+func connect(ctx context.Context, s Setup) (Clients, string, error) {
+	cfg, log := s.Config, s.Log
+	kc, err := kube.Find(ctx, s.Root, cfg.Kubernetes.Kubeconfig, host.Units{Address: s.BusAddress})
+	if err != nil {
+		return Clients{}, "", err
+	}
+	clock := kube.NewServerClock()
+	rest, err := kc.Rest(s.UserAgent, clock)
+	if err != nil {
+		return Clients{}, "", err
+	}
+	c := Clients{ServerNow: clock.Now}
+	if c.Kube, err = kubernetes.NewForConfig(rest); err != nil {
+		return Clients{}, "", fmt.Errorf("client for %s: %w", kc.Path, err)
+	}
+	if c.Metadata, err = metadata.NewForConfig(rest); err != nil {
+		return Clients{}, "", fmt.Errorf("client for %s: %w", kc.Path, err)
+	}
+	if c.Evictions, err = drain.EvictionClient(rest); err != nil {
+		return Clients{}, "", fmt.Errorf("client for %s: %w", kc.Path, err)
+	}
+	node := cfg.Kubernetes.NodeName
+	if node == "" {
+		if node, err = kube.NodeName(ctx, c.Kube); err != nil {
+			return Clients{}, "", err
+		}
+	}
+	log.Info("connected", "kubeconfig", kc.Path, "found_by", kc.How, "server", rest.Host, "node", node)
+	return c, node, nil
 }
 
 // Clients are the API server, as the node's credentials reach it.

@@ -260,7 +260,8 @@ func checkUnit(t *testing.T, root string) {
 	bin := filepath.Join(root, "usr/bin/kured-host")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "kured-host.service")
-	must(t, os.WriteFile(path, bytes.ReplaceAll(unit, []byte("ExecStart=/usr/bin/kured-host"), []byte("ExecStart="+bin)), 0o644))
+	// Each command line (ExecStart=, ExecStopPost=) runs the packaged binary.
+	must(t, os.WriteFile(path, bytes.ReplaceAll(unit, []byte("/usr/bin/kured-host "), []byte(bin+" ")), 0o644))
 
 	cmd := exec.Command("systemd-analyze", "verify", path)
 	out, err := cmd.CombinedOutput()

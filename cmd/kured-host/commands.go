@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/kured-host/kured-host/daemon"
 	"github.com/kured-host/kured-host/daemon/config"
@@ -42,6 +43,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "run the daemon (systemd starts it: systemctl enable --now kured-host)", runDaemon},
+		{"stopped", "mark this node's waiting claim when the daemon stops (systemd runs it)", runStopped},
 		{"check", "validate the configuration, then check the host and the cluster for what run needs", runCheck},
 		{"status", "show who holds a reboot slot, who waits and why", runStatus},
 		{"pause", "pause reboots for the whole cluster (an admin's kubeconfig)", runPause},
@@ -179,13 +181,57 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return d.Run(ctx)
 }
 
+// stoppedTimeout bounds `kured-host stopped`: it runs while systemd stops
+// the unit, at shutdown too, and must not hold either up.
+const stoppedTimeout = 10 * time.Second
+
+func runStopped(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("stopped", "[--config FILE] [--host-root DIR]",
+		"Marks this node's waiting claim (the label kured-host.dev/stopped) so that\n"+
+			"the nodes behind it in the queue go past it at once, rather than at their\n"+
+			"next resync. systemd runs it when kured-host.service stops (ExecStopPost=);\n"+
+			"the daemon takes the mark off when it starts again. A node that holds a\n"+
+			"slot keeps it. A configuration that does not load (the reason the daemon\n"+
+			"stopped, maybe) is replaced by the defaults: the kubeconfig is found as\n"+
+			"the daemon finds it.")
+	path := f.String("config", config.DefaultPath, "configuration `file`; drop-ins are read from config.d next to it")
+	root := f.String("host-root", "/", "`directory` under which the host's files are, as for run")
+	if done, err := f.parse(args, stdout); done {
+		return err
+	}
+	cfg := config.Default()
+	l, loadErr := config.Load(*path, configTrust())
+	if loadErr == nil {
+		cfg = l.Config
+	}
+	log, err := logging.New(stderr, logging.Options{Format: cfg.Log.Format, Level: cfg.Log.Level, Journal: logging.StderrIsJournal()})
+	if err != nil {
+		return err
+	}
+	if loadErr != nil {
+		log.Warn("the configuration does not load; finding the kubeconfig with the defaults", "err", loadErr)
+	}
+	ctx, cancel := context.WithTimeout(ctx, stoppedTimeout)
+	defer cancel()
+	marked, err := daemon.MarkStopped(ctx, daemon.Setup{
+		Config: cfg, Root: host.Root(*root), Log: log, UserAgent: "kured-host/" + version.Version,
+	})
+	if err != nil {
+		return err
+	}
+	if marked {
+		log.Info("the daemon has stopped with the node waiting for a slot: marked, so that the nodes behind it go past it until it is back")
+	}
+	return nil
+}
+
 func runRBAC(_ context.Context, args []string, stdout, _ io.Writer) error {
 	f := newFlags("rbac", "",
 		"Prints the ClusterRole and ClusterRoleBinding that let the group\n"+
 			"system:nodes get, list and watch Nodes, which kured-host needs on\n"+
 			"Kubernetes 1.32 and later, and the Role and RoleBinding that let it\n"+
-			"get the one ConfigMap kube-system/kured-host, where an operator\n"+
-			"pauses the cluster. Apply it once per cluster:\n\n"+
+			"get and watch the one ConfigMap kube-system/kured-host, where an\n"+
+			"operator pauses the cluster. Apply it once per cluster:\n\n"+
 			"  kured-host rbac | kubectl apply -f -\n\n"+
 			"The packages install the same file as /usr/share/kured-host/rbac.yaml.")
 	if done, err := f.parse(args, stdout); done {

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -303,5 +304,74 @@ func TestFindAhead(t *testing.T) {
 				t.Errorf("predecessor %q, head %v; want %q, head %v", got, head, tt.want, tt.head)
 			}
 		})
+	}
+}
+
+// TestProbeDue: whose readiness a node in the front reads, and when.
+func TestProbeDue(t *testing.T) {
+	now := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	tests := []struct {
+		name     string
+		r        readyRead
+		known    bool
+		eligible bool
+		first    time.Time
+		eager    bool
+		want     time.Time
+		probe    bool
+	}{
+		{"never read, not let go", readyRead{}, false, false, time.Time{}, false, time.Time{}, false},
+		{"never read, let go: readyProbe after it was", readyRead{}, false, true, ago(time.Second), false, ago(time.Second).Add(readyProbe), true},
+		{"never read, let go, eager: now", readyRead{}, false, true, ago(time.Second), true, now, true},
+		{"eligible but not yet seen so: not read", readyRead{}, false, true, time.Time{}, true, time.Time{}, false},
+		{"read Ready, still let go: readyReprobe after that read", readyRead{ready: true, at: ago(time.Second)}, true, true, ago(time.Hour), true, ago(time.Second).Add(readyReprobe), true},
+		{"read Ready, no longer let go: not read", readyRead{ready: true, at: ago(time.Second)}, true, false, time.Time{}, false, time.Time{}, false},
+		{"read NotReady: readyReprobe after that read, let go or not", readyRead{ready: false, at: ago(2 * time.Second)}, true, false, time.Time{}, false, ago(2 * time.Second).Add(readyReprobe), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, probe := probeDue(tt.r, tt.known, tt.eligible, tt.first, tt.eager, now)
+			if probe != tt.probe || !got.Equal(tt.want) {
+				t.Errorf("probeDue = %v, %v; want %v, %v", got, probe, tt.want, tt.probe)
+			}
+		})
+	}
+}
+
+// TestStoppedPassedOver: a waiting claim whose daemon marked it stopped
+// is taken as NotReady (passed over, as a NotReady node is, at once), by
+// the nodes' locks and by status (Participants); an active claim with the
+// mark keeps its slot, and the node's own lock never passes itself over.
+func TestStoppedPassedOver(t *testing.T) {
+	now := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
+	at := claim.Claim{Since: now.Add(-time.Minute), Updated: now.Add(-time.Minute), Limits: claim.Limits{Concurrency: 1}}
+	mark := func(n *corev1.Node) *corev1.Node { n.Labels[queue.StoppedLabel] = "true"; return n }
+	holding := at
+	holding.State, holding.Phase, holding.BootID = claim.Holding, claim.PhaseAcquired, "b1"
+	acquired := now.Add(-time.Minute)
+	holding.Acquired = &acquired
+	nodes := []*corev1.Node{
+		mark(waitingNode(t, "stopped", "zone-a", at, queue.RoleIn)),
+		waitingNode(t, "running", "zone-a", at, queue.RoleIn),
+		mark(claimedNode(t, "holding", "zone-a", holding)),
+		mark(waitingNode(t, "me", "zone-a", at, queue.RoleIn)),
+	}
+	want := map[string]bool{"stopped": false, "running": true, "holding": true, "me": true}
+	ready := func(ps []claim.Participant) map[string]bool {
+		got := map[string]bool{}
+		for _, p := range ps {
+			got[p.Name] = p.Ready
+		}
+		return got
+	}
+	l := New(Options{Client: fake.NewClientset(), Node: "me", Limits: at.Limits, Now: func() time.Time { return now }, ServerNow: func() time.Time { return now }})
+	var parse claimCache
+	if got := ready(l.applyReadiness(parse.participants(nodes))); !maps.Equal(got, want) {
+		t.Errorf("the lock of me reads Ready %v; want %v", got, want)
+	}
+	want["me"] = false // another node's view, or status
+	if got := ready(Participants(nodes, now, time.Minute)); !maps.Equal(got, want) {
+		t.Errorf("Participants reads Ready %v; want %v", got, want)
 	}
 }

@@ -121,13 +121,16 @@ func (l *Lock) listAt(ctx context.Context, opts metav1.ListOptions, at *string) 
 // lock sees them: one Participant for each Node with a claim label or
 // annotation (what cannot be read is kept, with Err set), each judged by
 // claim.Plausible against serverNow (the API server's clock) and
-// tolerance (the stated clock tolerance); Nodes without a claim are left
-// out.
+// tolerance (the stated clock tolerance), a waiting claim marked stopped
+// taken as NotReady; Nodes without a claim are left out.
 func Participants(nodes []*corev1.Node, serverNow time.Time, tolerance time.Duration) []claim.Participant {
 	var none claimCache
 	ps := none.participants(nodes)
 	for i, p := range ps {
 		ps[i] = claim.Plausible(p, serverNow, tolerance)
+		if stopped(ps[i]) {
+			ps[i].Ready = false
+		}
 	}
 	return ps
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/queue"
 )
 
 // The queue is read as metadata (labels and annotations hold the claims):
@@ -85,17 +86,32 @@ func (r *readiness) forget(keep func(string) bool) {
 }
 
 // applyReadiness marks NotReady the participants last read so, when the
-// queue was read as metadata (whole Nodes carry their own condition).
+// queue was read as metadata (whole Nodes carry their own condition), and
+// the waiting ones whose daemon marked itself stopped (passStopped).
 func (l *Lock) applyReadiness(ps []claim.Participant) []claim.Participant {
-	if l.o.Metadata == nil {
-		return ps
-	}
 	for i, p := range ps {
-		if r, ok := l.ready.last(p.Name); ok && !r.ready && p.Name != l.o.Node {
+		if p.Name == l.o.Node {
+			continue
+		}
+		if stopped(p) {
+			ps[i].Ready = false
+		}
+		if l.o.Metadata == nil {
+			continue
+		}
+		if r, ok := l.ready.last(p.Name); ok && !r.ready {
 			ps[i].Ready = false
 		}
 	}
 	return ps
+}
+
+// stopped reports whether p is a waiting claim whose daemon marked it
+// stopped (MarkStopped): it is passed over as a NotReady one is, at once,
+// until its daemon is back and takes the mark off.
+func stopped(p claim.Participant) bool {
+	_, marked := p.Labels[queue.StoppedLabel]
+	return marked && p.Err == nil && p.Claim.State == claim.Waiting
 }
 
 // probeAhead reads the readiness of each waiting node ahead of this one that
@@ -121,35 +137,49 @@ func (l *Lock) probeAhead(ctx context.Context, q claim.Queue, now time.Time, eag
 			break
 		}
 		r, known := l.ready.last(n)
-		var due time.Time
-		switch {
-		case known && !r.ready:
-			due = r.at.Add(readyReprobe)
-		case q.Eligible(n) && !first[n].IsZero():
-			due = first[n].Add(readyProbe)
-			if eager {
-				due = now
-			}
-			if known {
-				due = maxTime(due, r.at.Add(readyReprobe))
-			}
-		default:
+		due, probe := probeDue(r, known, q.Eligible(n), first[n], eager, now)
+		if !probe {
 			continue
 		}
 		if wait := due.Sub(now); wait > 0 {
-			if next == 0 || wait < next {
-				next = wait
-			}
+			next = sooner(next, wait)
 			continue
 		}
 		if l.readReady(ctx, n) {
 			read = true
 		}
-		if next == 0 || readyReprobe < next {
-			next = readyReprobe
-		}
+		next = sooner(next, readyReprobe)
 	}
 	return read, next
+}
+
+// probeDue says whether a waiting node ahead is one to read the readiness
+// of, and when: one last read NotReady, readyReprobe after that read; one
+// the queue lets go since first (zero: not let go), readyProbe after
+// that (now if eager), and readyReprobe after its last read.
+func probeDue(r readyRead, known, eligible bool, first time.Time, eager bool, now time.Time) (time.Time, bool) {
+	switch {
+	case known && !r.ready:
+		return r.at.Add(readyReprobe), true
+	case !eligible || first.IsZero():
+		return time.Time{}, false
+	}
+	due := first.Add(readyProbe)
+	if eager {
+		due = now
+	}
+	if known {
+		due = maxTime(due, r.at.Add(readyReprobe))
+	}
+	return due, true
+}
+
+// sooner is the sooner of two waits, 0 standing for none.
+func sooner(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
 }
 
 // readReady reads node name's readiness (a GET from the API server's

@@ -82,7 +82,11 @@ func (w *World) startFaults() {
 	}
 	if f.Crash {
 		for range 1 + w.intn(2*w.o.Nodes) {
-			w.at(func() { w.randomHost().restartDaemon(w.draw(Span{100 * time.Millisecond, 15 * time.Second})) })
+			// Half as systemd stops it (ExecStopPost= marks a waiting
+			// claim), half as a hang or a crash whose mark failed.
+			w.at(func() {
+				w.randomHost().stopDaemon(w.draw(Span{100 * time.Millisecond, 15 * time.Second}), w.chance(0.5))
+			})
 		}
 	}
 	if f.AdminEdits {

@@ -410,6 +410,13 @@ func (i *instance) kill() {
 // restartDaemon kills kured-host and starts it again after a pause (a
 // crash, kill -9, an OOM kill; systemd restarts it).
 func (h *Host) restartDaemon(pause time.Duration) {
+	h.stopDaemon(pause, false)
+}
+
+// stopDaemon kills the daemon and starts it again after pause; with
+// marked, as systemd stops it: the unit's ExecStopPost= (kured-host
+// stopped) marks a waiting claim once the daemon is gone.
+func (h *Host) stopDaemon(pause time.Duration, marked bool) {
 	h.mu.Lock()
 	d := h.daemon
 	h.daemon = nil
@@ -420,6 +427,12 @@ func (h *Host) restartDaemon(pause time.Duration) {
 	}
 	h.w.tracef(h.Name, "kured-host killed (fault), back in %s", pause.Round(time.Millisecond))
 	d.kill()
+	if marked {
+		c := h.w.store.Client(api.NodeIdentity(h.Name))
+		ok, err := lock.MarkStopped(h.w.ctx, c.Kube, h.Name)
+		c.Sever()
+		h.w.tracef(h.Name, "kured-host stopped (ExecStopPost): waiting claim marked %v, err %v", ok, err)
+	}
 	if sleep(h.w.ctx, pause) == nil {
 		h.mu.Lock()
 		up := h.up && h.daemon == nil

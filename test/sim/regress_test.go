@@ -16,6 +16,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/steer"
+	"github.com/kured-host/kured-host/internal/audit"
 	"github.com/kured-host/kured-host/test/sim/api"
 )
 
@@ -566,6 +567,41 @@ func TestRegressions(t *testing.T) {
 			}
 		},
 	}, {
+		// The daemons of every waiting node but the last in the queue
+		// stop (systemctl stop: ExecStopPost= marks their claims) while
+		// a node holds the slot, for twenty minutes. The last takes the
+		// slot when it is freed, within 10 s, not after the grace for
+		// silent nodes (2 min) or a resync (10 to 20 min).
+		name: "waiting daemons stopped, their claims marked",
+		opts: func() Options {
+			o := base(4)
+			o.Script = func(w *World) { w.goSafe(func() { stopAllButLast(w) }) }
+			return o
+		},
+		fired: traced("kured-host stopped (ExecStopPost): waiting claim marked true"),
+		check: func(t *testing.T, w *World, res Result) {
+			holder := ""
+			for _, line := range res.Trace {
+				if f := strings.Fields(line); len(f) > 2 && strings.Contains(line, "holds the slot as the daemons behind it stop") {
+					holder = f[1]
+				}
+			}
+			acqs := w.audit().Acquisitions()
+			i := slices.IndexFunc(acqs, func(a audit.Acquisition) bool { return a.Node == holder })
+			if i < 0 || i+1 >= len(acqs) {
+				t.Fatalf("no slot taken after %q's", holder)
+			}
+			first, next := acqs[i], acqs[i+1]
+			if gap := next.Held.Seen.Sub(first.Released.Seen); !first.ReleasedOK || gap > 10*time.Second {
+				t.Errorf("%s took the slot %s after %s freed it; want 10 s at most", next.Node, gap, first.Node)
+			}
+			if slices.ContainsFunc(res.Trace, func(line string) bool {
+				return strings.Contains(line, " "+next.Node+" ") && strings.Contains(line, "kured-host stopped (ExecStopPost)")
+			}) {
+				t.Errorf("%s took the slot after %s, but its daemon was stopped", next.Node, holder)
+			}
+		},
+	}, {
 		// The next node in the queue is held for 8 minutes: it leaves
 		// the queue, the others go past it, and it reboots once the hold
 		// is lifted.
@@ -801,6 +837,46 @@ func runScenario(t *testing.T, o Options, run int) (*World, Result) {
 // interposeOnce arms a scenario's fault on the nodes' own writes: f sees
 // each write (with its claim, when it parses) until it says its fault
 // fired, and may return an admin's edit to apply at once.
+// stopAllButLast waits, a second at a time, for a node to hold the slot
+// with two or more waiting behind it (joins are paced, and a NotReady
+// node joins at its next look), then stops, with their claims marked,
+// the daemons of the waiting nodes but the last in the queue, for twenty
+// minutes.
+func stopAllButLast(w *World) {
+	type place struct {
+		name  string
+		since time.Time
+	}
+	for sleep(w.ctx, time.Second) == nil {
+		var holders []string
+		var waiting []place
+		for _, name := range w.store.NodeNames() {
+			n := w.store.Node(name)
+			if n == nil {
+				continue
+			}
+			c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation])
+			switch {
+			case err != nil:
+			case c.State == claim.Waiting:
+				waiting = append(waiting, place{name, c.Since})
+			case c.State == claim.Holding:
+				holders = append(holders, name)
+			}
+		}
+		if len(holders) != 1 || len(waiting) < 2 {
+			continue
+		}
+		w.tracef(holders[0], "holds the slot as the daemons behind it stop (scenario)")
+		slices.SortFunc(waiting, func(a, b place) int { return a.since.Compare(b.since) })
+		for _, p := range waiting[:len(waiting)-1] {
+			h := w.host(p.name)
+			w.goSafe(func() { h.stopDaemon(20*time.Minute, true) })
+		}
+		return
+	}
+}
+
 func interposeOnce(w *World, f func(api.Revision, claim.Claim) (edit func(*corev1.Node), fired bool)) {
 	done := false // under the store's lock, as Interpose runs
 	w.store.Faults.Interpose = func(r api.Revision) func(*corev1.Node) {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +29,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/metrics"
+	"github.com/kured-host/kured-host/daemon/queue"
 	"github.com/kured-host/kured-host/test/cluster"
 )
 
@@ -955,5 +957,62 @@ func TestFreedSlotInAnotherZone(t *testing.T) {
 	defer mu.Unlock()
 	if len(others) > 0 {
 		t.Errorf("far-b1 read waiting claims outside its class %d times: %q", len(others), others)
+	}
+}
+
+// TestMarkStopped: what the unit's ExecStopPost= runs, with the node's
+// own credentials: a waiting claim gets the stopped label (and the node's
+// lock takes it off when it writes its claim again, here by taking its
+// slot); a holding claim is left alone; a node cannot mark another's.
+func TestMarkStopped(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	f := newFleet(t, ctx, []hostSpec{{name: "stopped-1", idle: true}, {name: "stopped-2", idle: true}})
+	h, other := f.host("stopped-1"), f.host("stopped-2")
+	labels := func() map[string]string {
+		t.Helper()
+		n, err := cp.Admin.CoreV1().Nodes().Get(ctx, h.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Labels
+	}
+	l := lock.New(lock.Options{Client: h.Client, Node: h.Name, Limits: limits(1, 0), WaitingGrace: time.Minute,
+		BootID: func() (string, error) { return h.BootID(), nil }})
+	if _, _, err := l.Own(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.MarkStopped(ctx, other.Client, h.Name); !apierrors.IsForbidden(err) {
+		t.Errorf("another node marks this one: %v, want forbidden", err)
+	}
+	if marked, err := lock.MarkStopped(ctx, h.Client, h.Name); err != nil || !marked {
+		t.Fatalf("mark the waiting claim: %v, %v", marked, err)
+	}
+	if v, ok := labels()[queue.StoppedLabel]; !ok || labels()[claim.Label] != string(claim.Waiting) {
+		t.Fatalf("after the mark: stopped label %q (%v), claim %q", v, ok, labels()[claim.Label])
+	}
+	// Back (a new lock, as a restarted daemon): it takes its slot, and
+	// its writes take the mark off.
+	l = lock.New(lock.Options{Client: h.Client, Node: h.Name, Limits: limits(1, 0), WaitingGrace: time.Minute,
+		BootID: func() (string, error) { return h.BootID(), nil }})
+	if _, _, err := l.Own(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := labels()[queue.StoppedLabel]; ok {
+		t.Errorf("the stopped label %q is left on a claim its daemon wrote again", v)
+	}
+	if marked, err := lock.MarkStopped(ctx, h.Client, h.Name); err != nil || marked {
+		t.Errorf("mark a holding claim: %v, %v; want it left alone", marked, err)
+	}
+	if _, ok := labels()[queue.StoppedLabel]; ok || labels()[claim.Label] != string(claim.Holding) {
+		t.Errorf("a holding claim was marked: %v", labels())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
