@@ -169,8 +169,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 		default:
 			failures++
 			// At most 15 s: after an outage of the API server, a waiting
-			// node must take a free slot within the bound docs/claims.md
-			// states (40 s).
+			// node must take a free slot within the recovery bound
+			// docs/claims.md states ("No idle slot").
 			wait := min(time.Duration(failures)*5*time.Second, 15*time.Second)
 			log.Error("step failed; trying again", "err", err, "retry_in", wait)
 			d.countError("step")

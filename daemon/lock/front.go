@@ -55,6 +55,10 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 // simulator's L3b).
 const reenterAfter = 5 * time.Second
 
+// staleLook is how often a node of the front reads directly while its
+// watch is stale (after an outage, until it has caught up).
+const staleLook = 2 * time.Second
+
 // atFront decides, in the front, from the watch of the active claims and
 // the front, until this node is admitted (true) or counts itself behind
 // the edge (false: it has taken its front label off and stopped the
@@ -104,6 +108,11 @@ func (l *Lock) atFront(ctx context.Context) (bool, error) {
 		wait := l.jitter(min(l.o.WaitingGrace/4, 15*time.Second) + time.Second)
 		if probeIn > 0 {
 			wait = min(wait, probeIn)
+		}
+		if w := l.watching(); w == nil || w.stale() {
+			// Read directly, and nothing wakes this node when a slot is
+			// freed: look again soon (a few nodes of each class do).
+			wait = min(wait, l.jitter(staleLook))
 		}
 		if err := l.waitChange(ctx, wait); err != nil {
 			return false, err

@@ -11,9 +11,13 @@ import (
 
 // TakeBound is how soon a waiting node whose daemon runs takes a slot it
 // may take (docs/claims.md, "No idle slot"): at most this long after the
-// slot became free to it, or after its daemon (re)started, or after the
-// API server came back from an outage.
-const TakeBound = 40 * time.Second
+// slot became free to it; and RecoverBound after its daemon (re)started,
+// after the API server came back from an outage, or after an operator
+// lifted what kept it out, whichever is later.
+const (
+	TakeBound    = 10 * time.Second
+	RecoverBound = 40 * time.Second
+)
 
 // watchProgress checks, every second, that no slot stays free while a
 // waiting node that may take it does not: eligible in the queue as every
@@ -82,8 +86,8 @@ func (w *World) watchProgress() {
 			if excused {
 				continue
 			}
-			from := maxTime(since[name], started, lastOutage, lifted)
-			if wait := now.Sub(from); wait > TakeBound && !w.reported(name, since[name]) {
+			wait, recovered := now.Sub(since[name]), now.Sub(maxTime(started, lastOutage, lifted))
+			if wait > TakeBound && recovered > RecoverBound && !w.reported(name, since[name]) {
 				w.violate("%s may take a free slot since %s and has not, %s later (its daemon runs)", name, fmtDur(since[name].Sub(w.start)), wait.Round(time.Second))
 			}
 		}
