@@ -202,9 +202,15 @@ func (l *Lock) writeRole(ctx context.Context, role queue.Role) error {
 // resyncEvery is how long, at the least, a node behind the front follows
 // one predecessor before it reads its class again (jittered up to twice
 // that): the repair for what a watch missed, and for a predecessor at the
-// head of its class that never comes into the front (a daemon of the
-// second design, which writes no front label, or one that hangs).
-const resyncEvery = 10 * time.Minute
+// head of its class that never comes into the front (a daemon that
+// hangs). Each resync that finds nothing changed doubles it, up to
+// resyncMaxShift doublings, until the predecessor moves: a node far back
+// in a long queue waits for hours, and a resync at a fixed period made
+// its cost grow with its wait, and a roll's with the square of its nodes.
+const (
+	resyncEvery    = 10 * time.Minute
+	resyncMaxShift = 3 // 80 minutes
+)
 
 // follow waits behind the front: it finds its predecessor and watches it
 // until it should come into the front (true), or its claim is no longer
@@ -217,7 +223,9 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 	// class whose members were all NotReady cost a read per member.
 	var ahead []claim.Participant
 	resync := false
-	span := 0 // the span that held the predecessor: a resync reads it first
+	span := 0      // the span that held the predecessor: a resync reads it first
+	quiet := 0     // resyncs in a row that found the same predecessor
+	followed := "" // the predecessor before the last resync
 	for {
 		if l.current().state != claim.Waiting {
 			return false, nil
@@ -234,6 +242,9 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 		}
 		pred := ahead[0]
 		ahead = ahead[1:]
+		if pred.Name != followed {
+			quiet = 0 // another predecessor: the resyncs start again
+		}
 		if resync && queue.RoleOf(pred.Labels) == queue.RoleBehind {
 			resync = false
 			if enter, err := l.headsOutside(ctx, pred); enter || err != nil {
@@ -241,7 +252,7 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 			}
 		}
 		l.setStatus(Status{State: claim.Waiting, Position: -1, Behind: pred.Name, Reason: "behind the front of the queue"})
-		move, why, err := l.watchPredecessor(ctx, self, pred.Name, left.Add(reenterAfter))
+		move, why, err := l.watchPredecessor(ctx, self, pred.Name, left.Add(reenterAfter), resyncEvery<<min(quiet, resyncMaxShift))
 		switch {
 		case err != nil || move == queue.Enter:
 			return move == queue.Enter, err
@@ -250,9 +261,13 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 		}
 		ahead = nil
 		if resync = why == resyncDue; !resync {
-			span = 0 // it moved: the nearest span first
-		} else if _, _, err := l.Own(ctx); err != nil {
-			// The own claim as it is: an admin may have removed it.
+			span, quiet = 0, 0 // it moved: the nearest span first
+			continue
+		}
+		quiet++
+		followed = pred.Name
+		// The own claim as it is: an admin may have removed it.
+		if _, _, err := l.Own(ctx); err != nil {
 			return false, err
 		}
 	}
@@ -306,14 +321,14 @@ const (
 // for its Ready condition; one object) until Follow says to move: Find
 // when the watch ends or the predecessor leaves, and why; Enter when self
 // should come into the front, but not before notBefore.
-func (l *Lock) watchPredecessor(ctx context.Context, self claim.Participant, name string, notBefore time.Time) (move queue.Move, why findReason, err error) {
+func (l *Lock) watchPredecessor(ctx context.Context, self claim.Participant, name string, notBefore time.Time, resyncIn time.Duration) (move queue.Move, why findReason, err error) {
 	opts := metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: "0"}
 	w, err := l.o.Client.CoreV1().Nodes().Watch(ctx, opts)
 	if err != nil {
 		return queue.Find, changed, fmt.Errorf("watch %s, the node ahead in the queue: %w", name, err)
 	}
 	defer w.Stop()
-	timer := time.NewTimer(l.jitter(resyncEvery))
+	timer := time.NewTimer(l.jitter(resyncIn))
 	defer timer.Stop()
 	var holdOff <-chan time.Time // armed while an enter waits for notBefore
 	for {

@@ -224,8 +224,9 @@ func TestRegressions(t *testing.T) {
 			t.Logf("Lists per node over the roll: at most %d (%s); requests by kind:\n%s", most, w.Hosts[slices.Index(lists, most)].Name, kindTable(w.store.Meter.Kinds(), nil, 12))
 			// The roll takes about two hours: a node behind the front
 			// reads just ahead of it once per move, and once or twice
-			// per resync (10 to 20 min), a node of the front its three
-			// selectors per quiet resync; 25 to 28 here. Zone a's nodes are NotReady
+			// per resync (10 to 20 min, doubled while nothing moves), a
+			// node of the front its three selectors per quiet resync;
+			// 17 to 21 here. Zone a's nodes are NotReady
 			// for their first six minutes: a node that read one NotReady
 			// List per member ahead made 70. The second design's reads
 			// of the queue made 474.
