@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"runtime"
@@ -82,6 +83,7 @@ func TestRollCost(t *testing.T) {
 		}
 		rows = append(rows, costRow(w, meter.Figures(), window, time.Since(began)))
 		t.Logf("N=%d: requests by kind, most first:\n%s", n, kindTable(meter.Kinds(), nil, 20))
+		t.Logf("N=%d: watch events received, by watch, most first:\n%s", n, eventTable(meter.EventBytes(), n))
 		lists := listsPerNode(w)
 		t.Logf("N=%d: Lists per node over the roll: at most %d, %.1f on average", n, slices.Max(lists), mean(lists))
 	}
@@ -240,4 +242,15 @@ func mean(xs []int) float64 {
 		sum += x
 	}
 	return float64(sum) / float64(max(len(xs), 1))
+}
+
+// eventTable lists the bytes of watch events by the kind of watch, most
+// first, with the bytes per node.
+func eventTable(bytes map[string]int64, nodes int) string {
+	kinds := slices.SortedFunc(maps.Keys(bytes), func(a, b string) int { return cmp.Compare(bytes[b], bytes[a]) })
+	var out strings.Builder
+	for _, k := range kinds {
+		fmt.Fprintf(&out, "%10.1f MB %8.1f KB per node  %s\n", float64(bytes[k])/1e6, float64(bytes[k])/1e3/float64(nodes), k)
+	}
+	return out.String()
 }

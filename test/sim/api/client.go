@@ -413,7 +413,7 @@ func (c *Client) reactWatch(a k8stesting.Action) (bool, watch.Interface, error) 
 			return true, nil, err
 		}
 	}
-	w, err := c.s.startWatch(c.who+"#"+c.id(), r.Resource, o, typed(r.Resource), c.watchLag(r))
+	w, err := c.s.startWatch(c.who+"#"+c.id(), kindOf(r, &o), r.Resource, o, typed(r.Resource), c.watchLag(r))
 	return true, w, err
 }
 
@@ -503,7 +503,7 @@ func (m metaResource) Watch(ctx context.Context, o metav1.ListOptions) (watch.In
 		return nil, err
 	}
 	m.c.s.Meter.request(m.c.who, kindOf(r, &o)+" (metadata)", nil)
-	return m.c.s.startWatch(m.c.who+"#"+m.c.id(), m.resource, o, metadataOnly(m.kind()), m.c.watchLag(r))
+	return m.c.s.startWatch(m.c.who+"#"+m.c.id(), kindOf(r, &o)+" (metadata)", m.resource, o, metadataOnly(m.kind()), m.c.watchLag(r))
 }
 
 func (m metaResource) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, _ metav1.PatchOptions, _ ...string) (*metav1.PartialObjectMetadata, error) {

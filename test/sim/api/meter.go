@@ -23,6 +23,7 @@ type Meter struct {
 	lists     map[string]int
 	bytes     map[string]int64
 	kinds     map[string]KindCount
+	events    map[string]int64 // watch events' bytes, by the kind of watch
 }
 
 // KindCount is what one kind of request cost: how many, and the bytes of
@@ -37,7 +38,7 @@ type KindCount struct {
 
 // NewMeter returns an empty Meter.
 func NewMeter() *Meter {
-	return &Meter{perSecond: map[int64]int{}, requests: map[string]int{}, lists: map[string]int{}, bytes: map[string]int64{}, kinds: map[string]KindCount{}}
+	return &Meter{perSecond: map[int64]int{}, requests: map[string]int{}, lists: map[string]int{}, bytes: map[string]int64{}, kinds: map[string]KindCount{}, events: map[string]int64{}}
 }
 
 // Kinds is what each kind of request has cost so far (verb, resource and
@@ -115,7 +116,7 @@ func (m *Meter) request(who, kind string, reply runtime.Object) {
 	m.kinds[kind] = k
 }
 
-func (m *Meter) event(who string, obj runtime.Object) {
+func (m *Meter) event(who, watchKind string, obj runtime.Object) {
 	if m == nil {
 		return
 	}
@@ -127,6 +128,18 @@ func (m *Meter) event(who string, obj runtime.Object) {
 	k := m.kinds["watch events"]
 	k.Bytes += n
 	m.kinds["watch events"] = k
+	m.events[watchKind] += n
+}
+
+// EventBytes is the bytes of the watch events delivered so far, by the
+// kind of the watch (as Kinds names its request).
+func (m *Meter) EventBytes() map[string]int64 {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.events)
 }
 
 // MeterFigures is what a Meter counted.

@@ -28,6 +28,7 @@ const bookmarkEvery = time.Minute
 type watcher struct {
 	s        *Store
 	who      string
+	kind     string // the watch request's kind, for the meter
 	resource string
 	match    func(any) bool
 	convert  func(obj any, rv uint64) runtime.Object
@@ -78,7 +79,7 @@ func (w *watcher) end() {
 }
 
 func (w *watcher) enqueue(ev watch.Event, rv uint64) {
-	w.s.Meter.event(w.who, ev.Object)
+	w.s.Meter.event(w.who, w.kind, ev.Object)
 	w.mu.Lock()
 	w.queue = append(w.queue, queued{at: time.Now().Add(w.lag), ev: ev})
 	w.lastRV = max(w.lastRV, rv)
@@ -293,13 +294,13 @@ func metadataOnly(kind string) func(any, uint64) runtime.Object {
 // resourceVersion "" or "0", or as the initial events of a watch-list,
 // ended by a bookmark), or the changes after a resourceVersion (410 Gone
 // when they are no longer kept).
-func (s *Store) startWatch(who, resource string, o metav1.ListOptions, convert func(any, uint64) runtime.Object, lag time.Duration) (watch.Interface, error) {
+func (s *Store) startWatch(who, kind, resource string, o metav1.ListOptions, convert func(any, uint64) runtime.Object, lag time.Duration) (watch.Interface, error) {
 	match, err := selector(o)
 	if err != nil {
 		return nil, err
 	}
 	w := &watcher{
-		s: s, who: who, resource: resource, match: match, convert: convert, lag: lag,
+		s: s, who: who, kind: kind, resource: resource, match: match, convert: convert, lag: lag,
 		bookmark: o.AllowWatchBookmarks,
 		out:      make(chan watch.Event), wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
