@@ -219,7 +219,9 @@ func (d *Daemon) lookWhileWaiting(ctx context.Context, log *slog.Logger, looks *
 // until the pause ends; anything else blocking it leaves the queue.
 func (d *Daemon) refused(ctx context.Context, log *slog.Logger) error {
 	for {
-		blocked := block.Check(ctx, d.Blockers)
+		// As fresh as the look that refused: a watch a moment behind
+		// would send the node back to a refusal at once.
+		blocked := block.Check(ctx, d.lastLook())
 		d.setBlockersMetric(blocked)
 		d.notePaused(ctx, log, blocked)
 		switch {

@@ -252,7 +252,7 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 			}
 		}
 		l.setStatus(Status{State: claim.Waiting, Position: -1, Behind: pred.Name, Reason: "behind the front of the queue"})
-		move, why, err := l.watchPredecessor(ctx, self, pred.Name, left.Add(reenterAfter), resyncEvery<<min(quiet, resyncMaxShift))
+		move, why, err := l.followOne(ctx, self, pred.Name, left.Add(reenterAfter), resyncEvery<<min(quiet, resyncMaxShift))
 		switch {
 		case err != nil || move == queue.Enter:
 			return move == queue.Enter, err
@@ -312,23 +312,45 @@ func (l *Lock) findAhead(ctx context.Context, p claim.Participant, from int) ([]
 type findReason int
 
 const (
-	changed   findReason = iota // it left the class or its place; the watch ended
+	changed   findReason = iota // it left the class or its place
 	cannotGo                    // it is NotReady or stopped
 	resyncDue                   // the slow resync's time came
+	ended                       // the watch ended (the API server ends each after 30 to 60 min)
 )
+
+// followOne watches the predecessor name until Follow says to move, or
+// the resync is due resyncIn from now (jittered): a watch that ends is
+// opened again, to the same deadline, its first event the predecessor as
+// it is then.
+func (l *Lock) followOne(ctx context.Context, self claim.Participant, name string, notBefore time.Time, resyncIn time.Duration) (queue.Move, findReason, error) {
+	deadline := l.o.Now().Add(l.jitter(resyncIn))
+	for {
+		opened := l.o.Now()
+		move, why, err := l.watchPredecessor(ctx, self, name, notBefore, deadline)
+		if err != nil || why != ended {
+			return move, why, err
+		}
+		if l.o.Now().Sub(opened) < time.Second {
+			// Ended at once (a server closing watches): not in a loop.
+			if err := sleep(ctx, l.jitter(time.Second)); err != nil {
+				return queue.Stay, changed, err
+			}
+		}
+	}
+}
 
 // watchPredecessor watches the Node of this node's predecessor (whole,
 // for its Ready condition; one object) until Follow says to move: Find
 // when the watch ends or the predecessor leaves, and why; Enter when self
 // should come into the front, but not before notBefore.
-func (l *Lock) watchPredecessor(ctx context.Context, self claim.Participant, name string, notBefore time.Time, resyncIn time.Duration) (move queue.Move, why findReason, err error) {
+func (l *Lock) watchPredecessor(ctx context.Context, self claim.Participant, name string, notBefore, resyncAt time.Time) (move queue.Move, why findReason, err error) {
 	opts := metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: "0"}
 	w, err := l.o.Client.CoreV1().Nodes().Watch(ctx, opts)
 	if err != nil {
 		return queue.Find, changed, fmt.Errorf("watch %s, the node ahead in the queue: %w", name, err)
 	}
 	defer w.Stop()
-	timer := time.NewTimer(l.jitter(resyncIn))
+	timer := time.NewTimer(max(resyncAt.Sub(l.o.Now()), 0))
 	defer timer.Stop()
 	var holdOff <-chan time.Time // armed while an enter waits for notBefore
 	for {
@@ -341,7 +363,7 @@ func (l *Lock) watchPredecessor(ctx context.Context, self claim.Participant, nam
 			return queue.Enter, changed, nil
 		case ev, ok := <-w.ResultChan():
 			if !ok || ev.Type == watch.Error {
-				return queue.Find, changed, nil
+				return queue.Find, ended, nil
 			}
 			n, isNode := ev.Object.(*corev1.Node)
 			if !isNode {

@@ -127,10 +127,10 @@ func Participants(nodes []*corev1.Node, serverNow time.Time, tolerance time.Dura
 	var none claimCache
 	ps := none.participants(nodes)
 	for i, p := range ps {
-		ps[i] = claim.Plausible(p, serverNow, tolerance)
-		if stopped(ps[i]) {
-			ps[i].Ready = false
+		if stopped(p) {
+			p.Ready = false // as the lock reads it: before Plausible
 		}
+		ps[i] = claim.Plausible(p, serverNow, tolerance)
 	}
 	return ps
 }

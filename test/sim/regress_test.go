@@ -597,7 +597,7 @@ func TestRegressions(t *testing.T) {
 				t.Errorf("%s took the slot %s after %s freed it; want 10 s at most", next.Node, gap, first.Node)
 			}
 			if slices.ContainsFunc(res.Trace, func(line string) bool {
-				return strings.Contains(line, " "+next.Node+" ") && strings.Contains(line, "kured-host stopped (ExecStopPost)")
+				return strings.Contains(line, " "+next.Node+" ") && strings.Contains(line, "kured-host stopped (ExecStopPost): waiting claim marked true")
 			}) {
 				t.Errorf("%s took the slot after %s, but its daemon was stopped", next.Node, holder)
 			}
@@ -835,9 +835,6 @@ func runScenario(t *testing.T, o Options, run int) (*World, Result) {
 	return w, res
 }
 
-// interposeOnce arms a scenario's fault on the nodes' own writes: f sees
-// each write (with its claim, when it parses) until it says its fault
-// fired, and may return an admin's edit to apply at once.
 // stopAllButLast waits, a second at a time, for a node to hold the slot
 // with two or more waiting behind it (joins are paced, and a NotReady
 // node joins at its next look), then stops, with their claims marked,
@@ -878,6 +875,9 @@ func stopAllButLast(w *World) {
 	}
 }
 
+// interposeOnce arms a scenario's fault on the nodes' own writes: f sees
+// each write (with its claim, when it parses) until it says its fault
+// fired, and may return an admin's edit to apply at once.
 func interposeOnce(w *World, f func(api.Revision, claim.Claim) (edit func(*corev1.Node), fired bool)) {
 	done := false // under the store's lock, as Interpose runs
 	w.store.Faults.Interpose = func(r api.Revision) func(*corev1.Node) {

@@ -339,7 +339,12 @@ func TestConfigMapWatch(t *testing.T) {
 	s.SetConfigMap("kube-system", "kured-host", nil)
 	var got []string
 	for range 3 {
-		e := <-w.ResultChan()
+		var e watch.Event
+		select {
+		case e = <-w.ResultChan():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("events so far %q; no more within 10 s", got)
+		}
 		cm := e.Object.(*corev1.ConfigMap)
 		got = append(got, fmt.Sprintf("%s %s=%s", e.Type, cm.Name, cm.Data["paused"]))
 	}

@@ -2,9 +2,11 @@ package api
 
 import (
 	"cmp"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,9 +28,13 @@ const bookmarkEvery = time.Minute
 // watcher is one watch: the events it matches, queued with the time each
 // may be delivered (its lag), and a goroutine that delivers them in order.
 type watcher struct {
-	s        *Store
-	who      string
-	kind     string // the watch request's kind, for the meter
+	s    *Store
+	who  string
+	kind string // the watch request's kind, for the meter
+	// timeout ends the watch, as the API server ends a watch that asked
+	// for no timeout after its --min-request-timeout (30 to 60 min);
+	// zero: never (informers ask for 5 to 10 min, not simulated).
+	timeout  time.Duration
 	resource string
 	match    func(any) bool
 	convert  func(obj any, rv uint64) runtime.Object
@@ -100,6 +106,14 @@ func (w *watcher) deliver() {
 		t := time.NewTicker(bookmarkEvery)
 		defer t.Stop()
 		tick = t.C
+	}
+	if w.timeout > 0 {
+		t := time.AfterFunc(w.timeout, func() {
+			w.s.mu.Lock()
+			w.end()
+			w.s.mu.Unlock()
+		})
+		defer t.Stop()
 	}
 	for {
 		w.mu.Lock()
@@ -306,6 +320,13 @@ func (s *Store) startWatch(who, kind, resource string, o metav1.ListOptions, con
 	}
 	if fs, err := fields.ParseSelector(o.FieldSelector); err == nil {
 		w.name, _ = fs.RequiresExactMatch("metadata.name")
+	}
+	if o.TimeoutSeconds == nil {
+		// 30 to 60 minutes, the same for the same watch in a run.
+		identity, _, _ := strings.Cut(who, "#") // not the process's
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(identity + kind + o.FieldSelector))
+		w.timeout = 30*time.Minute + time.Duration(h.Sum32()%1800)*time.Second
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
