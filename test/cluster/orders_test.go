@@ -117,7 +117,9 @@ func TestOrdersWatch(t *testing.T) {
 		switch o := obj.(type) {
 		case *rbacv1.Role:
 			_, err = cp.Admin.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-			t.Cleanup(func() { _ = cp.Admin.RbacV1().Roles(o.Namespace).Delete(context.Background(), o.Name, metav1.DeleteOptions{}) })
+			t.Cleanup(func() {
+				_ = cp.Admin.RbacV1().Roles(o.Namespace).Delete(context.Background(), o.Name, metav1.DeleteOptions{})
+			})
 		case *rbacv1.RoleBinding:
 			_, err = cp.Admin.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 			t.Cleanup(func() {
@@ -125,7 +127,9 @@ func TestOrdersWatch(t *testing.T) {
 			})
 		case *rbacv1.ClusterRoleBinding:
 			_, err = cp.Admin.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-			t.Cleanup(func() { _ = cp.Admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), o.Name, metav1.DeleteOptions{}) })
+			t.Cleanup(func() {
+				_ = cp.Admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), o.Name, metav1.DeleteOptions{})
+			})
 		}
 		if err != nil {
 			t.Fatal(err)
