@@ -155,10 +155,13 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 			Client: c.Kube, Node: node, Annotate: cfg.Node.Annotate,
 			Pre: cfg.Node.PreRebootLabels, Post: cfg.Node.PostRebootLabels, Observe: l.Observe,
 		},
-		Messages:    messenger(messages),
-		Sentinel:    sentinelFor(cfg.Sentinel, s.Root),
-		Blockers:    append(orders, blockersFor(cfg, c.Kube, node, logind)...),
-		Settings:    looks,
+		Messages: messenger(messages),
+		Sentinel: sentinelFor(cfg.Sentinel, s.Root),
+		Blockers: append(orders, blockersFor(cfg, c.Kube, node, logind)...),
+		// The settings are read once per join, through the API server's
+		// cache as before: a daemon just started read them from its
+		// watch older than that cache, once, in CI (TestClusterSettings).
+		Settings:    steer.Reader{Client: c.Kube, Node: node, Cached: true},
 		OrdersWatch: watch,
 		FreshOrders: fresh,
 		Reload:      s.Reload,

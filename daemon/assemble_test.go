@@ -99,8 +99,8 @@ urls = ["generic://127.0.0.1:9/hook?disabletls=yes"]
 			}
 			// The looks read the orders from the watch; the last one,
 			// before the cordon, reads them fresh and keeps the others.
-			if p := d.Blockers[0].(steer.Paused); p.Reader.Watch == nil || p.Reader.Watch != d.OrdersWatch || d.Settings.(steer.Reader).Watch != d.OrdersWatch {
-				t.Errorf("the looks' orders %+v and settings %+v, want them read from the watch %p", p.Reader, d.Settings, d.OrdersWatch)
+			if p := d.Blockers[0].(steer.Paused); p.Reader.Watch == nil || p.Reader.Watch != d.OrdersWatch || d.Settings.(steer.Reader).Watch != nil {
+				t.Errorf("the looks' orders %+v (want them read from the watch %p) and settings %+v (want them read from the API server's cache)", p.Reader, d.OrdersWatch, d.Settings)
 			}
 			last := d.lastLook()
 			if got, want := blockerTypes(last), "steer.Paused steer.Held *block.Window *block.Pods *block.Alerts *block.Inhibitors"; got != want {

@@ -116,7 +116,7 @@ type Daemon struct {
 	Reload      func(cluster string) (config.Config, error)
 	BlockersFor func(config.Config) []block.Blocker
 	// OrdersWatch, if set, runs from the start: the looks at the
-	// operator's orders (in Blockers) and at the settings read it.
+	// operator's orders (in Blockers) read it.
 	OrdersWatch *steer.Watch
 	// FreshOrders, if set, are the operator's orders read fresh, for
 	// the last look before the cordon: they stand in for the Blockers

@@ -133,7 +133,7 @@ func TestCheck(t *testing.T) {
 		}
 		code, out, errs := check(t, nil)
 		t.Logf("kured-host check without the manifest:\n%s", out)
-		if code != 1 || errs != "kured-host: 1 of 18 checks failed\n" {
+		if code != 1 || errs != "kured-host: 1 of 19 checks failed\n" {
 			t.Errorf("exit %d, stderr %q; want 1 and one failure", code, errs)
 		}
 		for _, want := range []string{
