@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -143,8 +144,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f := newFlags("run", "[--config FILE] [--host-root DIR]",
 		"Runs the daemon in the foreground until SIGTERM. systemd starts it as\n"+
 			"kured-host.service; a bad configuration stops it with exit status 2.")
-	path := f.String("config", config.DefaultPath, "configuration `file`; drop-ins are read from config.d next to it")
-	root := f.String("host-root", "/", "`directory` under which the host's files are (sentinel, boot ID, kubelet kubeconfig), for running in a container or in tests")
+	path, root := f.host("(sentinel, boot ID, kubelet kubeconfig), for running in a container or in tests")
 	if done, err := f.parse(args, stdout); done {
 		return err
 	}
@@ -152,11 +152,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	log, err := logging.New(stderr, logging.Options{
-		Format:  l.Config.Log.Format,
-		Level:   l.Config.Log.Level,
-		Journal: logging.StderrIsJournal(),
-	})
+	log, err := daemonLog(stderr, l.Config)
 	if err != nil {
 		return err
 	}
@@ -185,17 +181,30 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // the unit, at shutdown too, and must not hold either up.
 const stoppedTimeout = 10 * time.Second
 
+// host adds the flags that say where the configuration and the host's
+// files are; where is the end of the latter's usage.
+func (f *flags) host(where string) (path, root *string) {
+	path = f.String("config", config.DefaultPath, "configuration `file`; drop-ins are read from config.d next to it")
+	root = f.String("host-root", "/", "`directory` under which the host's files are "+where)
+	return path, root
+}
+
+// daemonLog is the daemon's logger as the configuration sets it, in the
+// journal's format when stderr is the journal.
+func daemonLog(stderr io.Writer, c config.Config) (*slog.Logger, error) {
+	return logging.New(stderr, logging.Options{Format: c.Log.Format, Level: c.Log.Level, Journal: logging.StderrIsJournal()})
+}
+
 func runStopped(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("stopped", "[--config FILE] [--host-root DIR]",
 		"Marks this node's waiting claim (the label kured-host.dev/stopped) so that\n"+
 			"the nodes behind it in the queue go past it at once, rather than at their\n"+
 			"next resync. systemd runs it when kured-host.service stops (ExecStopPost=);\n"+
-			"the daemon takes the mark off when it starts again. A node that holds a\n"+
+			"the daemon takes the mark off when it waits again. A node that holds a\n"+
 			"slot keeps it. A configuration that does not load (the reason the daemon\n"+
 			"stopped, maybe) is replaced by the defaults: the kubeconfig is found as\n"+
 			"the daemon finds it.")
-	path := f.String("config", config.DefaultPath, "configuration `file`; drop-ins are read from config.d next to it")
-	root := f.String("host-root", "/", "`directory` under which the host's files are, as for run")
+	path, root := f.host("as for run")
 	if done, err := f.parse(args, stdout); done {
 		return err
 	}
@@ -204,7 +213,7 @@ func runStopped(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if loadErr == nil {
 		cfg = l.Config
 	}
-	log, err := logging.New(stderr, logging.Options{Format: cfg.Log.Format, Level: cfg.Log.Level, Journal: logging.StderrIsJournal()})
+	log, err := daemonLog(stderr, cfg)
 	if err != nil {
 		return err
 	}

@@ -102,22 +102,27 @@ func (l *Lock) atFront(ctx context.Context) (bool, error) {
 			reason = "waiting for the nodes ahead"
 		}
 		l.setStatus(Status{State: claim.Waiting, Position: q.Position(l.o.Node), Reason: reason})
-		// Look again at least now and then: the grace for silent nodes
-		// and the alarms are about time, not changes; and when the
-		// readiness of a node ahead is due to be read.
-		wait := l.jitter(min(l.o.WaitingGrace/4, 15*time.Second) + time.Second)
-		if probeIn > 0 {
-			wait = min(wait, probeIn)
-		}
-		if w := l.watching(); w == nil || w.stale() {
-			// Read directly, and nothing wakes this node when a slot is
-			// freed: look again soon (a few nodes of each class do).
-			wait = min(wait, l.jitter(staleLook))
-		}
-		if err := l.waitChange(ctx, wait); err != nil {
+		if err := l.waitChange(ctx, l.frontWait(probeIn)); err != nil {
 			return false, err
 		}
 	}
+}
+
+// frontWait is how long a node of the front waits for a change before it
+// looks again: at least now and then, since the grace for silent nodes
+// and the alarms are about time, not changes; when the readiness of a
+// node ahead is due to be read (probeIn, if positive); and soon while
+// it reads directly, since then nothing wakes it when a slot is freed
+// (a few nodes of each class do).
+func (l *Lock) frontWait(probeIn time.Duration) time.Duration {
+	wait := l.jitter(min(l.o.WaitingGrace/4, 15*time.Second) + time.Second)
+	if probeIn > 0 {
+		wait = min(wait, probeIn)
+	}
+	if w := l.watching(); w == nil || w.stale() {
+		wait = min(wait, l.jitter(staleLook))
+	}
+	return wait
 }
 
 // look decides from a snapshot of the front: whether this node is
@@ -222,10 +227,7 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 	// show readiness), the next is followed without another read. A
 	// class whose members were all NotReady cost a read per member.
 	var ahead []claim.Participant
-	resync := false
-	span := 0      // the span that held the predecessor: a resync reads it first
-	quiet := 0     // resyncs in a row that found the same predecessor
-	followed := "" // the predecessor before the last resync
+	var r resyncs
 	for {
 		if l.current().state != claim.Waiting {
 			return false, nil
@@ -233,7 +235,7 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 		self := l.self()
 		if len(ahead) == 0 {
 			var err error
-			if ahead, span, err = l.findAhead(ctx, self, span); err != nil {
+			if ahead, r.span, err = l.findAhead(ctx, self, r.span); err != nil {
 				return false, err
 			}
 		}
@@ -242,17 +244,14 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 		}
 		pred := ahead[0]
 		ahead = ahead[1:]
-		if pred.Name != followed {
-			quiet = 0 // another predecessor: the resyncs start again
-		}
-		if resync && queue.RoleOf(pred.Labels) == queue.RoleBehind {
-			resync = false
+		if r.due && queue.RoleOf(pred.Labels) == queue.RoleBehind {
+			r.due = false
 			if enter, err := l.headsOutside(ctx, pred); enter || err != nil {
 				return enter, err
 			}
 		}
 		l.setStatus(Status{State: claim.Waiting, Position: -1, Behind: pred.Name, Reason: "behind the front of the queue"})
-		move, why, err := l.followOne(ctx, self, pred.Name, left.Add(reenterAfter), resyncEvery<<min(quiet, resyncMaxShift))
+		move, why, err := l.followOne(ctx, self, pred.Name, left.Add(reenterAfter), r.every(pred.Name))
 		switch {
 		case err != nil || move == queue.Enter:
 			return move == queue.Enter, err
@@ -260,17 +259,45 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 			continue // the next one ahead, as read
 		}
 		ahead = nil
-		if resync = why == resyncDue; !resync {
-			span, quiet = 0, 0 // it moved: the nearest span first
+		if !r.after(pred.Name, why == resyncDue) {
 			continue
 		}
-		quiet++
-		followed = pred.Name
 		// The own claim as it is: an admin may have removed it.
 		if _, _, err := l.Own(ctx); err != nil {
 			return false, err
 		}
 	}
+}
+
+// resyncs is follow's back-off: each resync that finds the same
+// predecessor doubles the next delay, and the predecessor's moving
+// starts it again, with the search from the nearest span.
+type resyncs struct {
+	due      bool   // the last follow ended for a resync
+	span     int    // the span that held the predecessor: a resync reads it first
+	quiet    int    // resyncs in a row that found the same predecessor
+	followed string // the predecessor before the last resync
+}
+
+// every is how long to follow pred before the next resync.
+func (r *resyncs) every(pred string) time.Duration {
+	if pred != r.followed {
+		r.quiet = 0 // another predecessor: the resyncs start again
+	}
+	return resyncEvery << min(r.quiet, resyncMaxShift)
+}
+
+// after notes how following pred ended: by a resync (resync) or by its
+// moving. It reports whether it was a resync.
+func (r *resyncs) after(pred string, resync bool) bool {
+	r.due = resync
+	if !resync {
+		r.span, r.quiet = 0, 0 // it moved: the nearest span first
+		return false
+	}
+	r.quiet++
+	r.followed = pred
+	return true
 }
 
 // headsOutside reports whether pred, a waiting member with no front

@@ -10,11 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/kube"
 )
 
 // nodeWatch is the watch of a node in the front of the queue: one
@@ -209,7 +208,7 @@ func (l *Lock) newNodeWatch(own string, selectors ...string) (*nodeWatch, error)
 	for _, sel := range selectors {
 		// Informers on Nodes, not a SharedInformerFactory, which
 		// would link every API group's informers into the binary.
-		lw, example := l.selectedListWatch(sel)
+		lw, example := kube.NodeListWatch(l.o.Client, l.o.Metadata, kube.ByLabels(sel))
 		inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
 		if err := inf.SetTransform(slim); err != nil {
 			return nil, err
@@ -242,35 +241,6 @@ func (l *Lock) newNodeWatch(own string, selectors ...string) (*nodeWatch, error)
 		nw.parts = append(nw.parts, p)
 	}
 	return nw, nil
-}
-
-// selectedListWatch lists and watches the Nodes selector selects: their
-// metadata when Metadata is set, else whole Nodes.
-func (l *Lock) selectedListWatch(selector string) (*cache.ListWatch, runtime.Object) {
-	if l.o.Metadata != nil {
-		nodes := l.o.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes"))
-		return selected(selector, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return nodes.List(ctx, o)
-		}, nodes.Watch), &metav1.PartialObjectMetadata{}
-	}
-	nodes := l.o.Client.CoreV1().Nodes()
-	return selected(selector, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return nodes.List(ctx, o)
-	}, nodes.Watch), &corev1.Node{}
-}
-
-func selected(selector string, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			return list(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return watchFn(ctx, o)
-		},
-	}
 }
 
 // slim keeps of a watched Node what the queue reads (name, labels,

@@ -9,10 +9,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kured-host/kured-host/daemon/kube"
 )
 
 // Watch keeps the orders as the API server last sent them: the cluster's
@@ -57,7 +58,7 @@ type watched struct {
 func (w *Watch) Run(ctx context.Context) {
 	w.once.Do(func() {
 		w.cm = w.start(ctx, "the ConfigMap "+Namespace+"/"+Name, w.configMapListWatch(), &corev1.ConfigMap{})
-		lw, example := w.nodeListWatch()
+		lw, example := kube.NodeListWatch(w.Client, w.Metadata, kube.ByName(w.Node))
 		w.node = w.start(ctx, "its Node", lw, example)
 	})
 }
@@ -156,39 +157,9 @@ func (w *Watch) nodeMeta() (metav1.Object, bool) {
 
 func (w *Watch) configMapListWatch() *cache.ListWatch {
 	cms := w.Client.CoreV1().ConfigMaps(Namespace)
-	return byName(Name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	return kube.Narrowed(kube.ByName(Name), func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return cms.List(ctx, o)
 	}, cms.Watch)
-}
-
-func (w *Watch) nodeListWatch() (*cache.ListWatch, runtime.Object) {
-	if w.Metadata != nil {
-		nodes := w.Metadata.Resource(corev1.SchemeGroupVersion.WithResource("nodes"))
-		return byName(w.Node, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return nodes.List(ctx, o)
-		}, nodes.Watch), &metav1.PartialObjectMetadata{}
-	}
-	nodes := w.Client.CoreV1().Nodes()
-	return byName(w.Node, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		return nodes.List(ctx, o)
-	}, nodes.Watch), &corev1.Node{}
-}
-
-// byName lists and watches the one object called name: RBAC lets a
-// grant limited to resourceNames list and watch with this field selector.
-func byName(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
-	sel := "metadata.name=" + name
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return list(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return watchFn(ctx, o)
-		},
-	}
 }
 
 // Live reports whether the looks are answered from the watch (both caches

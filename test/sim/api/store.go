@@ -148,14 +148,18 @@ func (s *Store) SetConfigMap(namespace, name string, data map[string]string) {
 	if data != nil {
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Data: maps.Clone(data)}
 	}
-	s.putConfigMap(namespace+"/"+name, cm)
+	put(s, s.configMaps, "configmaps", namespace+"/"+name, cm)
 }
 
-// putConfigMap stores cm (nil deletes key) and tells the watchers. s.mu
-// is held.
-func (s *Store) putConfigMap(key string, cm *corev1.ConfigMap) {
-	old, had := s.configMaps[key]
-	if !had && cm == nil {
+// put stores obj in objs under key (nil deletes it) at the next
+// revision and tells the watchers of resource. s.mu is held.
+func put[T interface {
+	comparable
+	SetResourceVersion(string)
+}](s *Store, objs map[string]T, resource, key string, obj T) {
+	var none T
+	old, had := objs[key]
+	if !had && obj == none {
 		return
 	}
 	rv := s.next()
@@ -163,14 +167,14 @@ func (s *Store) putConfigMap(key string, cm *corev1.ConfigMap) {
 	if had {
 		o = old
 	}
-	if cm == nil {
-		delete(s.configMaps, key)
+	if obj == none {
+		delete(objs, key)
 	} else {
-		cm.ResourceVersion = strconv.FormatUint(rv, 10)
-		s.configMaps[key] = cm
-		nw = cm
+		obj.SetResourceVersion(strconv.FormatUint(rv, 10))
+		objs[key] = obj
+		nw = obj
 	}
-	s.publish(change{rv: rv, resource: "configmaps", old: o, new: nw})
+	s.publish(change{rv: rv, resource: resource, old: o, new: nw})
 }
 
 // EditConfigMap is an admin's patch of a ConfigMap's data, created if
@@ -184,7 +188,7 @@ func (s *Store) EditConfigMap(namespace, name string, change func(map[string]str
 		data = maps.Clone(cm.Data)
 	}
 	change(data)
-	s.putConfigMap(key, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Data: data})
+	put(s, s.configMaps, "configmaps", key, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Data: data})
 }
 
 // ConfigMapData is a ConfigMap's data, nil if there is none.
@@ -372,23 +376,6 @@ func (s *Store) putNode(name string, n *corev1.Node, who string) *corev1.Node {
 	return n
 }
 
-func (s *Store) putPod(key string, p *corev1.Pod) {
-	old := s.pods[key]
-	rv := s.next()
-	var o, nw any
-	if old != nil {
-		o = old
-	}
-	if p == nil {
-		delete(s.pods, key)
-	} else {
-		p.ResourceVersion = strconv.FormatUint(rv, 10)
-		s.pods[key] = p
-		nw = p
-	}
-	s.publish(change{rv: rv, resource: "pods", old: o, new: nw})
-}
-
 // CreateNode registers a Node as its kubelet does (as the node itself).
 func (s *Store) CreateNode(n *corev1.Node) (*corev1.Node, error) {
 	s.mu.Lock()
@@ -435,7 +422,7 @@ func (s *Store) CreatePod(p *corev1.Pod) {
 	p = p.DeepCopy()
 	p.UID = s.uid()
 	p.CreationTimestamp = metav1.NewTime(time.Now())
-	s.putPod(p.Namespace+"/"+p.Name, p)
+	put(s, s.pods, "pods", p.Namespace+"/"+p.Name, p)
 }
 
 // UpdatePod changes a pod in place (its kubelet, its controller).
@@ -449,7 +436,7 @@ func (s *Store) UpdatePod(namespace, name string, change func(*corev1.Pod)) bool
 	}
 	p = p.DeepCopy()
 	change(p)
-	s.putPod(key, p)
+	put(s, s.pods, "pods", key, p)
 	return true
 }
 
@@ -457,9 +444,7 @@ func (s *Store) UpdatePod(namespace, name string, change func(*corev1.Pod)) bool
 func (s *Store) DeletePod(namespace, name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.pods[namespace+"/"+name]; ok {
-		s.putPod(namespace+"/"+name, nil)
-	}
+	put(s, s.pods, "pods", namespace+"/"+name, nil)
 }
 
 // nodesAt is the Nodes as they were at rv (for Lists from the cache).
