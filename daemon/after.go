@@ -122,15 +122,21 @@ func (d *Daemon) released(ctx context.Context, log *slog.Logger) error {
 	return nil
 }
 
-// waitHealthy waits until the Node is Ready in this boot and the health command (if
-// any) passes, reporting once if it takes longer than health.timeout. The
-// slot stays held meanwhile.
+// waitHealthy waits until the Node is Ready in this boot and the health
+// command (if any) passes, reporting once if it takes longer than
+// health.timeout. The slot stays held meanwhile. It looks again at each
+// change of the Node, and every 2 s for the health command.
 func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
 	began := d.Now()
 	reported := false
 	last := ""
+	w := d.Ready()
+	defer w.Stop()
 	for {
-		ready, why, err := d.Ready(ctx)
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		ready, why, err := w.Next(ctx, 2*time.Second)
 		if err != nil && ctx.Err() == nil {
 			log.Warn("cannot read the node's Ready condition", "err", err)
 			why = "cannot read the Node"
@@ -154,9 +160,6 @@ func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
 			d.event(ctx, log, "Warning", ReasonHealthCheckFailed, fmt.Sprintf("Not healthy %s after the reboot, keeping the slot until it is: %s", waited, why))
 			d.message(ctx, notify.Failure, fmt.Sprintf("not healthy %s after the reboot: %s", waited, why))
 			reported = true
-		}
-		if err := sleep(ctx, 2*time.Second); err != nil {
-			return err
 		}
 	}
 }

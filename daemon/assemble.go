@@ -178,12 +178,8 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 		Watchdog: host.WatchdogInterval(),
 		Trim:     host.TrimBinary,
 		BootID:   s.Root.BootID,
-		Ready: func(ctx context.Context) (bool, string, error) {
-			boot, err := s.Root.BootID()
-			if err != nil {
-				return false, "", err
-			}
-			return kube.NodeReadyIn(ctx, c.Kube, node, boot, l.Observe)
+		Ready: func() ReadyWait {
+			return &kube.ReadyWatch{Client: c.Kube, Node: node, Boot: s.Root.BootID, Observe: l.Observe}
 		},
 	}, nil
 }

@@ -77,6 +77,15 @@ type Rebooter interface {
 }
 
 // Daemon is one node's kured-host.
+// ReadyWait is one wait for this node's Node to be Ready in the current
+// boot.
+type ReadyWait interface {
+	// Next reports whether it is, and if not why; each call after the
+	// first waits up to wait for the Node to change first.
+	Next(ctx context.Context, wait time.Duration) (bool, string, error)
+	Stop()
+}
+
 type Daemon struct {
 	Config   config.Config
 	Log      *slog.Logger
@@ -87,9 +96,9 @@ type Daemon struct {
 	Drainer  Drainer
 	Rebooter Rebooter
 	BootID   func() (string, error)
-	// Ready reports whether this node's Node is Ready in the current
-	// boot, and if not, why.
-	Ready func(ctx context.Context) (bool, string, error)
+	// Ready starts a wait for this node's Node to be Ready in the
+	// current boot (kube.ReadyWatch).
+	Ready func() ReadyWait
 	// Health runs the health command once, bounded by timeout; nil
 	// error means healthy. Nil runs health.command (HealthCommand) when
 	// one is configured.

@@ -51,7 +51,7 @@ func TestWaitHealthy(t *testing.T) {
 	n, ev := &notifications{}, &eventLog{}
 	d := &Daemon{
 		Config: c, Log: slog.New(slog.DiscardHandler), Manager: n, Events: ev, Now: time.Now,
-		Ready: func(context.Context) (bool, string, error) { return true, "", nil },
+		Ready: func() ReadyWait { return readyNow{} },
 		Health: func(_ context.Context, timeout time.Duration) error {
 			timeouts = append(timeouts, timeout)
 			if len(timeouts) == 1 {
@@ -98,3 +98,9 @@ func TestHealthCommand(t *testing.T) {
 		t.Errorf("err %q", err)
 	}
 }
+
+// readyNow is a Node that is Ready in this boot.
+type readyNow struct{}
+
+func (readyNow) Next(context.Context, time.Duration) (bool, string, error) { return true, "", nil }
+func (readyNow) Stop()                                                     {}

@@ -143,33 +143,6 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// NodeReadyIn reports whether the Node is Ready in the boot bootID, and if
-// not, why. The kubelet reports the boot ID and the Ready condition
-// together, so a Node still showing an older boot carries a Ready
-// condition from before the reboot: without graceful node shutdown it
-// stays True until the node controller's grace period runs out, long
-// after the reboot.
-//
-// observe, if not nil, is given the Node read: the release that follows a
-// Ready node is a conditional write, and the kubelet's own report of the
-// boot changed the Node since the lock last read it (lock.Lock.Observe).
-func NodeReadyIn(ctx context.Context, client kubernetes.Interface, node, bootID string, observe func(*corev1.Node)) (bool, string, error) {
-	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return false, "", fmt.Errorf("read node %s: %w", node, err)
-	}
-	if observe != nil {
-		observe(n)
-	}
-	if got := n.Status.NodeInfo.BootID; got != bootID {
-		return false, fmt.Sprintf("the kubelet has not reported this boot yet (the Node shows boot %.8s, this is %.8s)", got, bootID), nil
-	}
-	if Ready(n) {
-		return true, "", nil
-	}
-	return false, "the node is not Ready yet", nil
-}
-
 // Ready reports whether the Node's Ready condition is True.
 func Ready(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {

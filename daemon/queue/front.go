@@ -113,7 +113,7 @@ func Follow(self claim.Participant, pred claim.Participant, gone bool) Move {
 // spans are the widths of the reads that look for a predecessor: a roll's
 // joins come within two minutes of each other, so the first span nearly
 // always holds one; the last read has no lower bound.
-var spans = []time.Duration{2 * time.Second, 30 * time.Second, 8 * time.Minute}
+var spans = []time.Duration{250 * time.Millisecond, 2 * time.Second, 30 * time.Second, 8 * time.Minute}
 
 // SpanSelector selects the waiting claims ahead of (or level with) a claim
 // waiting since, within the try-th span back from it (0 first). last says

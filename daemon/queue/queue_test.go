@@ -249,10 +249,11 @@ func TestSpanSelector(t *testing.T) {
 		want string
 		last bool
 	}{
-		{0, "kured-host.dev/waiting-since<1000001,kured-host.dev/waiting-since>997999", false},
-		{1, "kured-host.dev/waiting-since<1000001,kured-host.dev/waiting-since>969999", false},
-		{2, "kured-host.dev/waiting-since<1000001,kured-host.dev/waiting-since>519999", false},
-		{3, "kured-host.dev/waiting-since<1000001", true},
+		{0, "kured-host.dev/waiting-since<1000001,kured-host.dev/waiting-since>999749", false},
+		{1, "kured-host.dev/waiting-since<1000001,kured-host.dev/waiting-since>997999", false},
+		{2, "kured-host.dev/waiting-since<1000001,kured-host.dev/waiting-since>969999", false},
+		{3, "kured-host.dev/waiting-since<1000001,kured-host.dev/waiting-since>519999", false},
+		{4, "kured-host.dev/waiting-since<1000001", true},
 		{9, "kured-host.dev/waiting-since<1000001", true},
 	}
 	for _, tt := range tests {

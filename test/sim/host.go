@@ -338,12 +338,8 @@ func (h *Host) startDaemon() {
 		}, Observe: l.Observe, Confirm: func(ctx context.Context) error { _, err := l.Confirm(ctx); return err }},
 		Rebooter: h,
 		BootID:   h.BootID,
-		Ready: func(ctx context.Context) (bool, string, error) {
-			boot, err := h.BootID()
-			if err != nil {
-				return false, "", err
-			}
-			return kube.NodeReadyIn(ctx, c.Kube, h.Name, boot, l.Observe)
+		Ready: func() daemon.ReadyWait {
+			return &kube.ReadyWatch{Client: c.Kube, Node: h.Name, Boot: h.BootID, Observe: l.Observe}
 		},
 		Events:  &events.Recorder{Client: c.Kube, Host: h.Name, Now: h.now},
 		Node:    h.Name,

@@ -1,0 +1,145 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// ReadyWatch is one wait for a Node to be Ready in a boot: after a
+// reboot, until the kubelet reports the new boot and Ready. It reads the
+// Node once and then watches it (whole, by name: the Ready condition is
+// in its status), so that the wait costs one request however long it
+// is, and ends when the kubelet's report arrives rather than at the next
+// poll. A watch that ends or fails is replaced by a read and a new watch.
+//
+// The kubelet reports the boot ID and the Ready condition together, so a
+// Node still showing an older boot carries a Ready condition from before
+// the reboot: without graceful node shutdown it stays True until the
+// node controller's grace period runs out, long after the reboot.
+type ReadyWatch struct {
+	Client kubernetes.Interface
+	Node   string
+	// Boot is the ID of the boot the Node must report.
+	Boot func() (string, error)
+	// Observe, if set, is given each Node read: the release that follows
+	// a Ready node is a conditional write, and the kubelet's own report
+	// of the boot changed the Node since the lock last read it
+	// (lock.Lock.Observe).
+	Observe func(*corev1.Node)
+
+	last *corev1.Node
+	w    watch.Interface
+}
+
+// Next reports whether the Node is Ready in this boot, and if not why.
+// Each call after the first waits up to wait for the Node to change
+// first; Stop ends the watch.
+func (r *ReadyWatch) Next(ctx context.Context, wait time.Duration) (bool, string, error) {
+	boot, err := r.Boot()
+	if err != nil {
+		return false, "", err
+	}
+	if r.last == nil || r.w == nil {
+		if err := r.read(ctx, wait); err != nil {
+			return false, "", err
+		}
+	} else {
+		r.await(ctx, wait)
+	}
+	return readyIn(r.last, boot)
+}
+
+// read reads the Node and watches it from there. A failed watch is not
+// an error: the next call reads again, after waiting out wait.
+func (r *ReadyWatch) read(ctx context.Context, wait time.Duration) error {
+	if r.last != nil {
+		// The watch ended or could not be opened: not in a loop.
+		if err := sleepCtx(ctx, wait); err != nil {
+			return err
+		}
+	}
+	n, err := r.Client.CoreV1().Nodes().Get(ctx, r.Node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read node %s: %w", r.Node, err)
+	}
+	r.saw(n)
+	r.w, _ = r.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + r.Node, ResourceVersion: n.ResourceVersion,
+	})
+	return nil
+}
+
+// await takes the watch's events until one changes the Node or wait has
+// passed.
+func (r *ReadyWatch) await(ctx context.Context, wait time.Duration) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+	case ev, ok := <-r.w.ResultChan():
+		n, isNode := ev.Object.(*corev1.Node)
+		switch {
+		case !ok || ev.Type == watch.Error || ev.Type == watch.Deleted:
+			r.Stop() // read again at the next call
+		case isNode:
+			r.saw(n)
+		}
+	}
+}
+
+func (r *ReadyWatch) saw(n *corev1.Node) {
+	r.last = n
+	if r.Observe != nil {
+		r.Observe(n)
+	}
+}
+
+// Stop ends the watch.
+func (r *ReadyWatch) Stop() {
+	if r.w != nil {
+		r.w.Stop()
+		r.w = nil
+	}
+}
+
+// readyIn reports whether n is Ready in the boot bootID, and if not why.
+func readyIn(n *corev1.Node, bootID string) (bool, string, error) {
+	if got := n.Status.NodeInfo.BootID; got != bootID {
+		return false, fmt.Sprintf("the kubelet has not reported this boot yet (the Node shows boot %.8s, this is %.8s)", got, bootID), nil
+	}
+	if Ready(n) {
+		return true, "", nil
+	}
+	return false, "the node is not Ready yet", nil
+}
+
+// NodeReadyIn reads the Node and reports whether it is Ready in the boot
+// bootID, and if not, why; observe, if not nil, is given the Node read.
+func NodeReadyIn(ctx context.Context, client kubernetes.Interface, node, bootID string, observe func(*corev1.Node)) (bool, string, error) {
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return false, "", fmt.Errorf("read node %s: %w", node, err)
+	}
+	if observe != nil {
+		observe(n)
+	}
+	return readyIn(n, bootID)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}

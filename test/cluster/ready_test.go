@@ -1,0 +1,69 @@
+package cluster
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kured-host/kured-host/daemon/kube"
+)
+
+// TestReadyWatch: the wait after a reboot reads the Node once, with the
+// node's own credentials, and then learns from its watch: the kubelet's
+// reports (NotReady, Ready again) each end a wait long before its end,
+// and the whole wait costs one GET. A Node that shows another boot is
+// not Ready in this one, whatever its condition says.
+func TestReadyWatch(t *testing.T) {
+	ctx := testCtx(t)
+	me := newHost(t, ctx, HostOptions{})
+	cfg := rest.CopyConfig(me.Config)
+	counter := &requestCounter{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counter.rt = rt; return counter })
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &kube.ReadyWatch{Client: client, Node: me.Name, Boot: func() (string, error) { return me.BootID(), nil }}
+	defer w.Stop()
+	waitFor(t, ctx, "the node Ready in its boot", func() bool {
+		ready, _, err := w.Next(ctx, time.Second)
+		return err == nil && ready
+	})
+	gets := counter.getNodes.Load()
+
+	const long = time.Minute // a wait that ends before this ended on the report
+	for _, want := range []bool{false, true} {
+		if err := me.SetReady(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		for {
+			ready, why, err := w.Next(ctx, long)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ready == want {
+				if !want && !strings.Contains(why, "not Ready") {
+					t.Errorf("why = %q, want it to say the node is not Ready", why)
+				}
+				break
+			}
+		}
+		if took := time.Since(began); took >= long {
+			t.Errorf("the kubelet's report (Ready=%v) reached the wait after %s: not from the watch", want, took)
+		}
+	}
+	if got := counter.getNodes.Load() - gets; got != 0 {
+		t.Errorf("%d GETs of the Node after the first read; want 0, the watch tells", got)
+	}
+
+	other := &kube.ReadyWatch{Client: client, Node: me.Name, Boot: func() (string, error) { return "another-boot", nil }}
+	defer other.Stop()
+	if ready, why, err := other.Next(ctx, 0); err != nil || ready || !strings.Contains(why, "has not reported this boot") {
+		t.Errorf("a Node that shows another boot: ready=%v why=%q err=%v; want not Ready, the boot named", ready, why, err)
+	}
+}
