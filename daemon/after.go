@@ -125,25 +125,36 @@ func (d *Daemon) released(ctx context.Context, log *slog.Logger) error {
 // waitHealthy waits until the Node is Ready in this boot and the health
 // command (if any) passes, reporting once if it takes longer than
 // health.timeout. The slot stays held meanwhile. It looks again at each
-// change of the Node, and every 2 s for the health command.
+// change of the Node, and runs the health command every healthEvery.
+// healthEvery is how often the wait after the boot runs the health
+// command, and looks at the Node when nothing changes.
+const healthEvery = 2 * time.Second
+
 func (d *Daemon) waitHealthy(ctx context.Context, log *slog.Logger) error {
 	began := d.Now()
 	reported := false
 	last := ""
 	w := d.Ready()
 	defer w.Stop()
+	var checked time.Time // when the health command last ran
 	for {
+		ready, why, err := w.Next(ctx, healthEvery)
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		ready, why, err := w.Next(ctx, 2*time.Second)
-		if err != nil && ctx.Err() == nil {
+		if err != nil {
 			log.Warn("cannot read the node's Ready condition", "err", err)
 			why = "cannot read the Node"
 		}
 		healthy := ready
 		if ready && (d.Health != nil || len(d.Config.Health.Command) > 0) {
+			// Not more often than healthEvery, however often the Node
+			// changes.
+			if err := sleep(ctx, healthEvery-d.Now().Sub(checked)); err != nil {
+				return err
+			}
 			healthy, why = d.health(ctx)
+			checked = d.Now()
 		}
 		if healthy {
 			return nil

@@ -76,7 +76,6 @@ type Rebooter interface {
 	Reboot(ctx context.Context) error
 }
 
-// Daemon is one node's kured-host.
 // ReadyWait is one wait for this node's Node to be Ready in the current
 // boot.
 type ReadyWait interface {
@@ -86,6 +85,7 @@ type ReadyWait interface {
 	Stop()
 }
 
+// Daemon is one node's kured-host.
 type Daemon struct {
 	Config   config.Config
 	Log      *slog.Logger

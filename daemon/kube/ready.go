@@ -33,37 +33,43 @@ type ReadyWatch struct {
 	// (lock.Lock.Observe).
 	Observe func(*corev1.Node)
 
-	last *corev1.Node
-	w    watch.Interface
+	last    *corev1.Node
+	w       watch.Interface
+	started bool
 }
 
 // Next reports whether the Node is Ready in this boot, and if not why.
-// Each call after the first waits up to wait for the Node to change
-// first; Stop ends the watch.
+// The first call reads at once; each later one waits up to wait first:
+// for a change of the Node while the watch runs, else the whole of wait
+// (a read or a watch that failed is not tried again in a loop). Stop
+// ends the watch.
 func (r *ReadyWatch) Next(ctx context.Context, wait time.Duration) (bool, string, error) {
+	if r.w != nil {
+		r.await(ctx, wait)
+	} else {
+		if r.started {
+			if err := sleepCtx(ctx, wait); err != nil {
+				return false, "", err
+			}
+		}
+		r.started = true
+		if err := r.read(ctx); err != nil {
+			return false, "", err
+		}
+	}
+	if ctx.Err() != nil {
+		return false, "", context.Cause(ctx)
+	}
 	boot, err := r.Boot()
 	if err != nil {
 		return false, "", err
 	}
-	if r.last == nil || r.w == nil {
-		if err := r.read(ctx, wait); err != nil {
-			return false, "", err
-		}
-	} else {
-		r.await(ctx, wait)
-	}
 	return readyIn(r.last, boot)
 }
 
-// read reads the Node and watches it from there. A failed watch is not
-// an error: the next call reads again, after waiting out wait.
-func (r *ReadyWatch) read(ctx context.Context, wait time.Duration) error {
-	if r.last != nil {
-		// The watch ended or could not be opened: not in a loop.
-		if err := sleepCtx(ctx, wait); err != nil {
-			return err
-		}
-	}
+// read reads the Node and watches it from there. A watch that cannot be
+// opened is not an error: the next call reads again.
+func (r *ReadyWatch) read(ctx context.Context) error {
 	n, err := r.Client.CoreV1().Nodes().Get(ctx, r.Node, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("read node %s: %w", r.Node, err)
@@ -76,7 +82,7 @@ func (r *ReadyWatch) read(ctx context.Context, wait time.Duration) error {
 }
 
 // await takes the watch's events until one changes the Node or wait has
-// passed.
+// passed. A watch that ends is stopped: the next call reads.
 func (r *ReadyWatch) await(ctx context.Context, wait time.Duration) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -87,7 +93,7 @@ func (r *ReadyWatch) await(ctx context.Context, wait time.Duration) {
 		n, isNode := ev.Object.(*corev1.Node)
 		switch {
 		case !ok || ev.Type == watch.Error || ev.Type == watch.Deleted:
-			r.Stop() // read again at the next call
+			r.Stop()
 		case isNode:
 			r.saw(n)
 		}
@@ -118,19 +124,6 @@ func readyIn(n *corev1.Node, bootID string) (bool, string, error) {
 		return true, "", nil
 	}
 	return false, "the node is not Ready yet", nil
-}
-
-// NodeReadyIn reads the Node and reports whether it is Ready in the boot
-// bootID, and if not, why; observe, if not nil, is given the Node read.
-func NodeReadyIn(ctx context.Context, client kubernetes.Interface, node, bootID string, observe func(*corev1.Node)) (bool, string, error) {
-	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return false, "", fmt.Errorf("read node %s: %w", node, err)
-	}
-	if observe != nil {
-		observe(n)
-	}
-	return readyIn(n, bootID)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

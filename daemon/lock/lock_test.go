@@ -251,7 +251,7 @@ func TestFindAhead(t *testing.T) {
 		head     bool
 	}{
 		{"alone", nil, nil, "", false},
-		{"the nearest of its class, in the first span", []*corev1.Node{
+		{"the nearest of its class, in the second span", []*corev1.Node{
 			waitingNode(t, "a1", "zone-a", at(-time.Second), queue.RoleBehind),
 			waitingNode(t, "a2", "zone-a", at(-1500*time.Millisecond), queue.RoleEdge),
 			waitingNode(t, "b1", "zone-b", at(-100*time.Millisecond), queue.RoleBehind),

@@ -64,11 +64,13 @@ func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
 	return o.claim, o.state, err
 }
 
-// Observe takes a Node this daemon has just written by another way (the
-// answer to its cordon or uncordon, or to the kured-compatible marks it
-// sets: daemon/drain, daemon/marks) as the base of its next conditional
-// write. The answer is the Node as the API server stored it, as current
-// as a GET, so the claim write that follows does not meet the conflict,
+// Observe takes a Node this daemon has just written or read by another
+// way (the answer to its cordon or uncordon, or to the kured-compatible
+// marks it sets: daemon/drain, daemon/marks; the wait for Ready after the
+// boot: kube.ReadyWatch) as the base of its next conditional write. The
+// answer is the Node as the API server stored it, as current as a GET (a
+// watch's event may be a little older: at worst the write meets the
+// conflict), so the claim write that follows does not meet the conflict,
 // re-read and retry it would otherwise cost. A Node recreated since is
 // left for the next write to find.
 func (l *Lock) Observe(n *corev1.Node) {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -59,6 +60,33 @@ func TestReadyWatch(t *testing.T) {
 	}
 	if got := counter.getNodes.Load() - gets; got != 0 {
 		t.Errorf("%d GETs of the Node after the first read; want 0, the watch tells", got)
+	}
+
+	// An API server that cannot be reached: the first call fails at
+	// once, and the next waits its time before it reads again, rather
+	// than asking in a loop.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := rest.CopyConfig(me.Config)
+	down.Host = "https://" + l.Addr().String()
+	_ = l.Close()
+	downClient, err := kubernetes.NewForConfig(down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unreachable := &kube.ReadyWatch{Client: downClient, Node: me.Name, Boot: func() (string, error) { return me.BootID(), nil }}
+	if _, _, err := unreachable.Next(ctx, 0); err == nil {
+		t.Fatal("a read from an API server that is not there succeeded")
+	}
+	const pause = 300 * time.Millisecond
+	began := time.Now()
+	if _, _, err := unreachable.Next(ctx, pause); err == nil {
+		t.Fatal("a read from an API server that is not there succeeded")
+	}
+	if took := time.Since(began); took < pause {
+		t.Errorf("the read after a failed one came %s later; want at least %s", took, pause)
 	}
 
 	other := &kube.ReadyWatch{Client: client, Node: me.Name, Boot: func() (string, error) { return "another-boot", nil }}

@@ -822,7 +822,10 @@ func TestMarksAndReadyFeedTheLock(t *testing.T) {
 				[]byte(`{"metadata":{"labels":{"test.kured-host.dev/kubelet":"`+strconv.FormatInt(time.Now().UnixNano(), 10)+`"}}}`), metav1.PatchOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := kube.NodeReadyIn(ctx, client, h.Name, h.BootID(), observe); err != nil {
+			ready := &kube.ReadyWatch{Client: client, Node: h.Name, Boot: func() (string, error) { return h.BootID(), nil }, Observe: observe}
+			_, _, err := ready.Next(ctx, 0)
+			ready.Stop()
+			if err != nil {
 				t.Fatal(err)
 			}
 			if err := l.Release(ctx); err != nil {
