@@ -6,38 +6,44 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/kured-host/kured-host/daemon/alarm"
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/cycle"
 	"github.com/kured-host/kured-host/daemon/drain"
 	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/daemon/notify"
 )
 
-// unreadable handles an own claim that cannot be read: garbage, another
-// version, a label and an annotation that disagree (an admin's edit of one
-// of them). A waiting or entering one stands for nothing this daemon has
-// done: it is removed, and the node starts over. A holding one (or a state
-// this daemon does not write) may stand for a cordon, a drain, a reboot
+// removeUnreadable: the own claim cannot be read (garbage, another
+// version, a label and an annotation that disagree: an admin's edit of
+// one of them), and it is waiting or entering: it stands for nothing this
+// daemon has done, so it is removed and the node starts over.
+func (d *Daemon) removeUnreadable(ctx context.Context, log *slog.Logger, f cycle.Facts) error {
+	why := d.unreadableWhy(f)
+	log.Warn("own claim cannot be read; removing it and starting over", "state", string(f.State), "err", why)
+	d.event(ctx, log, "Warning", alarm.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it was "+string(f.State)+", so it was removed and the node starts over")
+	return d.Lock.Release(ctx)
+}
+
+// keepUnreadable: the own claim cannot be read, or is in a state this
+// daemon does not write, and may stand for a cordon, a drain, a reboot
 // asked for: the daemon never guesses what it was, never releases it nor
 // uncordons on it, and says so until an admin fixes or removes it; the
 // other nodes count it as holding meanwhile. (Removed, a cordon of
 // kured-host's is undone from its annotation.)
-func (d *Daemon) unreadable(ctx context.Context, log *slog.Logger, state claim.State, why error) error {
-	if state == claim.Waiting || state == claim.Entering {
-		log.Warn("own claim cannot be read; removing it and starting over", "state", string(state), "err", why)
-		d.event(ctx, log, "Warning", alarm.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it was "+string(state)+", so it was removed and the node starts over")
-		return d.Lock.Release(ctx)
-	}
+func (d *Daemon) keepUnreadable(ctx context.Context, log *slog.Logger, f cycle.Facts) error {
+	why := d.unreadableWhy(f)
 	d.setStateMetric("unreadable")
 	status := "own claim cannot be read; keeping it until an admin fixes or removes it: " + firstLine(why.Error())
 	d.mu.Lock()
 	same := d.managerStatus == status
 	d.mu.Unlock()
 	if !same {
-		log.Error("own claim cannot be read; leaving it alone (no release, no uncordon) until an admin fixes or removes it", "state", string(state), "err", why)
+		log.Error("own claim cannot be read; leaving it alone (no release, no uncordon) until an admin fixes or removes it", "state", string(f.State), "err", why)
 		d.event(ctx, log, "Warning", alarm.ReasonUnreadableClaim, "The claim on this node cannot be read ("+firstLine(why.Error())+"); it counts as holding a reboot slot. kured-host leaves it alone: fix or remove it (kubectl label/annotate node "+d.Node+" "+claim.Label+"-)")
 	}
 	d.setManagerStatus(status)
@@ -49,6 +55,15 @@ func (d *Daemon) unreadable(ctx context.Context, log *slog.Logger, state claim.S
 		return err
 	}
 	return nil
+}
+
+// unreadableWhy is why the own claim cannot be used: the lock's parse
+// error, or a state this daemon does not write.
+func (d *Daemon) unreadableWhy(f cycle.Facts) error {
+	if err := d.Lock.Unreadable(); err != nil {
+		return err
+	}
+	return fmt.Errorf("its label is %q, a state this daemon does not write", f.State)
 }
 
 // abort gives the slot back after a failed drain: record the abort,

@@ -14,41 +14,25 @@ import (
 	"github.com/kured-host/kured-host/daemon/notify"
 )
 
-// afterReboot: the boot ID changed, so the reboot happened. Record it,
-// resume (wait for the node to be Ready and healthy, uncordon if we
-// cordoned) and release after the release delay. After any boot, planned
-// or not, in any phase (the release delay included), the slot is freed
-// only once the kubelet reports this boot Ready: a second, unplanned
-// reboot starts that wait over.
-func (d *Daemon) afterReboot(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+// recordBack: the boot ID changed, so the reboot happened. It records
+// that in the claim (rebooted), once, and how long the machine was away.
+// After any boot, planned or not, in any phase (the release delay
+// included), the slot is then freed only once the kubelet reports this
+// boot Ready (resume, release): a second, unplanned reboot starts that
+// wait over.
+func (d *Daemon) recordBack(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	d.setStateMetric("rebooted")
-	if c.Phase != claim.PhaseRebooted && c.Phase != claim.PhaseReleasing {
-		var err error
-		if c, err = d.recordBack(ctx, log, c); err != nil {
-			return err
-		}
-	}
-	if err := d.resume(ctx, log, c); err != nil {
-		return err
-	}
-	return d.release(ctx, log, c)
-}
-
-// recordBack records the reboot in the claim (rebooted) and how long the
-// machine was away.
-func (d *Daemon) recordBack(ctx context.Context, log *slog.Logger, c claim.Claim) (claim.Claim, error) {
 	// The claim's last write before the reboot was the request.
 	down := d.Now().Sub(c.Updated)
 	log.Info("back after the reboot", "previous_boot", c.BootID, "since_reboot_requested", down.Round(time.Second))
 	if d.Metrics != nil && c.Phase == claim.PhaseRebooting && down > 0 {
 		d.Metrics.RebootDuration.Observe(down.Seconds())
 	}
-	c, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseRebooted })
-	if err != nil {
-		return c, err
+	if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseRebooted }); err != nil {
+		return err
 	}
 	d.event(ctx, log, "Normal", ReasonRebooted, fmt.Sprintf("Rebooted: back %s after asking (boot %.8s before)", down.Round(time.Second), c.BootID))
-	return c, nil
+	return nil
 }
 
 // resume waits until the node is healthy in this boot, then (once per
@@ -56,6 +40,7 @@ func (d *Daemon) recordBack(ctx context.Context, log *slog.Logger, c claim.Claim
 // kured-host cordoned, the notification. With no release delay the
 // uncordon is left to the release, which makes it in its own write.
 func (d *Daemon) resume(ctx context.Context, log *slog.Logger, c claim.Claim) error {
+	d.setStateMetric("rebooted")
 	if err := d.waitHealthy(ctx, log); err != nil {
 		return err
 	}

@@ -18,28 +18,6 @@ import (
 	"github.com/kured-host/kured-host/daemon/notify"
 )
 
-// beforeReboot advances a holder in the boot in which it took the slot,
-// one phase of the cycle per call: each phase is recorded in the claim
-// before the step it names, so that a restart resumes there.
-func (d *Daemon) beforeReboot(ctx context.Context, log *slog.Logger, c claim.Claim, boot string) error {
-	switch c.Phase {
-	case claim.PhaseAcquired:
-		return d.cordon(ctx, log, c)
-	case claim.PhaseCordoned:
-		return d.startDrain(ctx, log, c)
-	case claim.PhaseDraining:
-		return d.drain(ctx, log, c)
-	case claim.PhaseDrained, claim.PhaseRebooting:
-		return d.requestReboot(ctx, log, c, boot)
-	case claim.PhaseAborted:
-		return d.finishAbort(ctx, log, c)
-	}
-	// A phase that belongs after a reboot, in the same boot: the claim
-	// was written by something else. Give the slot back as it stands.
-	log.Warn("own claim is in a phase that needs a reboot first; releasing it", "phase", string(c.Phase))
-	return d.finishAbort(ctx, log, c)
-}
-
 // lastLook is the blockers as the look before the cordon asks them: the
 // operator's orders fresh (FreshOrders) in place of those of their kinds,
 // as the look before an announce reads them.

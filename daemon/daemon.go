@@ -21,6 +21,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/block"
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/cycle"
 	"github.com/kured-host/kured-host/daemon/drain"
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/lock"
@@ -318,48 +319,104 @@ func (d *Daemon) recheck() time.Duration {
 	return min(d.Config.Sentinel.Period.Std(), time.Minute)
 }
 
-// step does one transition of the cycle.
+// step does one transition of the cycle: package cycle decides which,
+// from what the daemon knows; steps runs it.
 func (d *Daemon) step(ctx context.Context, log *slog.Logger) error {
-	c, state := d.Lock.Known()
-	if err := d.Lock.Unreadable(); err != nil {
-		return d.unreadable(ctx, log, state, err)
+	f, err := d.facts()
+	if err != nil {
+		return err
 	}
-	if held := d.holding; held != nil && (state != claim.Holding || c.Acquired == nil || !c.Acquired.Equal(derefTime(held.Acquired))) {
-		// Gone since the last step (a write's reply, a read, the reply to
-		// a cordon showed it): whichever way, one lost path. (This
-		// process took it in this boot: a reboot starts a new process.)
-		d.holding = nil
-		return d.lostPath(ctx, log, *held, "the claim went away")
-	}
-	switch state {
-	case "":
-		if d.Lock.Annotation(drain.CordonAnnotation) != "" {
-			// A cordon of ours that outlived its claim (lost while this
-			// daemon was not running): undo it.
-			log.Warn("this node is still cordoned by kured-host, with no claim left; uncordoning")
-			return d.uncordon(ctx, log, "Uncordoned: the reboot slot was lost")
-		}
-		return d.idle(ctx, log)
-	case claim.Waiting, claim.Entering:
-		return d.acquire(ctx, log)
-	case claim.Holding:
-		boot, err := d.BootID()
-		if err != nil {
-			return err
-		}
-		if c.BootID != "" && c.BootID != boot {
-			return d.afterReboot(ctx, log, c)
-		}
-		held := c
+	s := cycle.Next(f)
+	if s.BeforeReboot() {
+		// From here a claim that goes away is lost (cycle.Facts.Took).
+		// A reboot starts a new process, which holds none.
+		held := f.Claim
 		d.holding = &held
-		return d.beforeReboot(ctx, log, c, boot)
 	}
-	return d.unreadable(ctx, log, state, fmt.Errorf("its label is %q, a state this daemon does not write", state))
+	return steps[s](d, ctx, log, f)
 }
 
-func derefTime(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
+// facts are what the cycle decides from: the claim and Node as the lock
+// last read or wrote them, the sentinel's last word, and, while holding,
+// this boot's ID.
+func (d *Daemon) facts() (cycle.Facts, error) {
+	c, state := d.Lock.Known()
+	f := cycle.Facts{
+		State: state, Claim: c,
+		Unreadable: d.Lock.Unreadable() != nil,
+		CordonMark: d.Lock.Annotation(drain.CordonAnnotation) != "",
 	}
-	return *t
+	if d.holding != nil {
+		took := time.Time{}
+		if d.holding.Acquired != nil {
+			took = *d.holding.Acquired
+		}
+		f.Took = &took
+	}
+	if needed, err := d.rebootNeeded(); err == nil && !needed {
+		f.NotNeeded = true
+	}
+	if state == claim.Holding && !f.Unreadable {
+		boot, err := d.BootID()
+		if err != nil {
+			return f, err
+		}
+		f.Boot = boot
+	}
+	return f, nil
+}
+
+// steps runs each of the cycle's steps.
+var steps = [...]func(d *Daemon, ctx context.Context, log *slog.Logger, f cycle.Facts) error{
+	cycle.RemoveUnreadable: (*Daemon).removeUnreadable,
+	cycle.KeepUnreadable:   (*Daemon).keepUnreadable,
+	cycle.Lost: func(d *Daemon, ctx context.Context, log *slog.Logger, _ cycle.Facts) error {
+		// Gone since the last step (a write's reply, a read, the reply
+		// to a cordon showed it): whichever way, one lost path.
+		held := *d.holding
+		d.holding = nil
+		return d.lostPath(ctx, log, held, "the claim went away")
+	},
+	cycle.UncordonOrphan: func(d *Daemon, ctx context.Context, log *slog.Logger, _ cycle.Facts) error {
+		// Lost while this daemon was not running.
+		log.Warn("this node is still cordoned by kured-host, with no claim left; uncordoning")
+		return d.uncordon(ctx, log, "Uncordoned: the reboot slot was lost")
+	},
+	cycle.Idle: func(d *Daemon, ctx context.Context, log *slog.Logger, _ cycle.Facts) error {
+		return d.idle(ctx, log)
+	},
+	cycle.LeaveQueue: func(d *Daemon, ctx context.Context, log *slog.Logger, _ cycle.Facts) error {
+		return d.leaveQueue(ctx, log, nil)
+	},
+	cycle.Acquire: func(d *Daemon, ctx context.Context, log *slog.Logger, _ cycle.Facts) error {
+		return d.acquire(ctx, log)
+	},
+	cycle.Cordon: func(d *Daemon, ctx context.Context, log *slog.Logger, f cycle.Facts) error {
+		return d.cordon(ctx, log, f.Claim)
+	},
+	cycle.StartDrain: func(d *Daemon, ctx context.Context, log *slog.Logger, f cycle.Facts) error {
+		return d.startDrain(ctx, log, f.Claim)
+	},
+	cycle.Drain: func(d *Daemon, ctx context.Context, log *slog.Logger, f cycle.Facts) error {
+		return d.drain(ctx, log, f.Claim)
+	},
+	cycle.RequestReboot: func(d *Daemon, ctx context.Context, log *slog.Logger, f cycle.Facts) error {
+		return d.requestReboot(ctx, log, f.Claim, f.Boot)
+	},
+	cycle.FinishAbort: func(d *Daemon, ctx context.Context, log *slog.Logger, f cycle.Facts) error {
+		return d.finishAbort(ctx, log, f.Claim)
+	},
+	cycle.GiveBack: func(d *Daemon, ctx context.Context, log *slog.Logger, f cycle.Facts) error {
+		log.Warn("own claim is in a phase that needs a reboot first; releasing it", "phase", string(f.Claim.Phase))
+		return d.finishAbort(ctx, log, f.Claim)
+	},
+	cycle.RecordBack: func(d *Daemon, ctx context.Context, log *slog.Logger, f cycle.Facts) error {
+		return d.recordBack(ctx, log, f.Claim)
+	},
+	cycle.Resume: func(d *Daemon, ctx context.Context, log *slog.Logger, f cycle.Facts) error {
+		if err := d.resume(ctx, log, f.Claim); err != nil {
+			return err
+		}
+		return d.release(ctx, log, f.Claim)
+	},
 }

@@ -114,17 +114,9 @@ func (d *Daemon) reportBlocked(ctx context.Context, log *slog.Logger, blocked []
 }
 
 // acquire takes a slot, leaving the queue if the reboot is no longer
-// needed or becomes blocked while waiting.
+// needed or becomes blocked while waiting (before the first try, the
+// cycle's rule: cycle.LeaveQueue).
 func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
-	if _, state := d.Lock.Known(); state == claim.Waiting {
-		// Checked before the first try, not only while it waits: a
-		// claim can outlive the need it was made for (a reboot that
-		// happened anyway, after a lost claim), and a free slot would be
-		// taken at once for a reboot nobody needs.
-		if needed, err := d.rebootNeeded(); err == nil && !needed {
-			return d.leaveQueue(ctx, log, nil)
-		}
-	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
