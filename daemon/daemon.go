@@ -193,6 +193,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return nil
 }
 
+// ordersFill is how long start waits for the watch of the orders to fill
+// its cache: long enough for an API server under load, short enough that
+// an outage at start-up delays READY only a little.
+const ordersFill = 5 * time.Second
+
 // start prints the plan, starts the lock, reads the own claim and the
 // sentinel once, and tells systemd the daemon is ready.
 func (d *Daemon) start(ctx context.Context, log *slog.Logger) error {
@@ -204,6 +209,9 @@ func (d *Daemon) start(ctx context.Context, log *slog.Logger) error {
 	}
 	if d.OrdersWatch != nil {
 		d.OrdersWatch.Run(ctx)
+		if !d.OrdersWatch.Filled(ctx, ordersFill) {
+			log.Debug("the watch of the orders has not filled its cache yet; reading them directly meanwhile")
+		}
 	}
 	if _, _, err := d.Lock.Own(ctx); err != nil && !errors.Is(err, claim.ErrUnparsable) {
 		return err

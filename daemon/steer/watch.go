@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -160,6 +161,43 @@ func (w *Watch) configMapListWatch() *cache.ListWatch {
 	return kube.Narrowed(kube.ByName(Name), func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return cms.List(ctx, o)
 	}, cms.Watch)
+}
+
+// Filled waits until both caches have filled, or the API server refused
+// a watch, or at most d, and reports whether the looks are answered from
+// the watch. A daemon that waits for it before it tells systemd it is
+// ready makes its first look from the cache, and no request of its
+// start-up is still on its way once it is ready.
+func (w *Watch) Filled(ctx context.Context, d time.Duration) bool {
+	if w == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	tick := time.NewTicker(filledPoll)
+	defer tick.Stop()
+	for !w.cm.settled() || !w.node.settled() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return w.Live()
+}
+
+// filledPoll is how often Filled looks at the caches.
+const filledPoll = 20 * time.Millisecond
+
+// settled reports whether the watch has filled its cache or been refused.
+func (wd *watched) settled() bool {
+	if wd == nil {
+		return true
+	}
+	wd.mu.Lock()
+	refused := wd.refused
+	wd.mu.Unlock()
+	return refused || wd.inf.HasSynced()
 }
 
 // Live reports whether the looks are answered from the watch (both caches

@@ -70,7 +70,9 @@ func TestOrdersWatch(t *testing.T) {
 	t.Cleanup(func() { _, _, _ = steer.Resume(context.Background(), cp.Admin) })
 
 	r, w, counter := watchedReader(t, ctx, me.Config, me.Name)
-	waitFor(t, ctx, "the orders' watch to fill", w.Live)
+	if !w.Filled(ctx, time.Minute) {
+		t.Fatal("the orders' watch has not filled in a minute")
+	}
 	gets, nodeGets := counter.getCMs.Load(), counter.getNodes.Load()
 	if err := steer.Pause(ctx, cp.Admin, steer.Order{Reason: "storage migration", By: "alice", Since: time.Now()}); err != nil {
 		t.Fatal(err)
@@ -141,6 +143,12 @@ func TestOrdersWatch(t *testing.T) {
 	}
 	cfg := &rest.Config{Host: cp.Server, QPS: -1, TLSClientConfig: rest.TLSClientConfig{CAData: cp.ServerCA, CertData: certPEM, KeyData: keyPEM}}
 	r, w, counter = watchedReader(t, ctx, cfg, me.Name)
+	// Filled ends at the refusal, not at its bound.
+	fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if w.Filled(fctx, time.Hour) || fctx.Err() != nil {
+		t.Errorf("Filled with a watch the API server refuses: want false at the refusal (waited out 2 minutes: %v)", fctx.Err() != nil)
+	}
 	if err := steer.Pause(ctx, cp.Admin, steer.Order{Reason: "kernel regression", By: "bob", Since: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
