@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,3 +57,72 @@ func NodeListWatch(c kubernetes.Interface, md metadata.Interface, narrow func(*m
 		return nodes.List(ctx, o)
 	}, nodes.Watch), &corev1.Node{}
 }
+
+// Streams counts the watch streams of an informer that are open. A
+// reflector whose watch ended (the server's timeout, a resourceVersion
+// compacted away: 410) lists and watches again after its back-off, which
+// after an outage is up to half a minute, and it reports no error for a
+// watch that ended: meanwhile its cache is silently behind. Counted, not
+// a flag: an ended stream may be reported after its successor opened.
+type Streams struct {
+	mu   sync.Mutex
+	open int
+}
+
+// Open reports whether a watch stream is open.
+func (s *Streams) Open() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.open > 0
+}
+
+func (s *Streams) add(d int) {
+	s.mu.Lock()
+	s.open += d
+	s.mu.Unlock()
+}
+
+// Track makes lw's watches count in s from when a watch starts until its
+// stream ends or it is stopped.
+func (s *Streams) Track(lw *cache.ListWatch) {
+	inner := lw.WatchFuncWithContext
+	lw.WatchFuncWithContext = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		w, err := inner(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		s.add(1)
+		t := &tracked{inner: w, out: make(chan watch.Event), stop: make(chan struct{})}
+		go t.relay(func() { s.add(-1) })
+		return t, nil
+	}
+}
+
+// tracked relays a watch's events and calls end once its stream ended.
+type tracked struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  sync.Once
+}
+
+func (t *tracked) relay(end func()) {
+	defer close(t.out)
+	defer end() // before the close: the reflector's next watch opens after it
+	for ev := range t.inner.ResultChan() {
+		select {
+		case t.out <- ev:
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+func (t *tracked) Stop() {
+	t.once.Do(func() {
+		close(t.stop)
+		t.inner.Stop()
+	})
+}
+
+func (t *tracked) ResultChan() <-chan watch.Event { return t.out }

@@ -43,6 +43,7 @@ type nodeWatch struct {
 // it) moves its version on every relist without catching up.
 type watchPart struct {
 	inf      cache.SharedIndexInformer
+	streams  kube.Streams
 	broken   bool // guarded by nodeWatch.mu
 	brokenAt string
 	failedAt time.Time
@@ -114,9 +115,10 @@ func (w *nodeWatch) quiet() bool {
 // cache is trusted again.
 const watchSettle = 10 * time.Second
 
-// stale reports whether an informer has not filled its cache yet, or
-// failed and has not caught up since (its version moved on and it has not
-// failed for watchSettle).
+// stale reports whether an informer has not filled its cache yet, has no
+// watch open (it ended, and the informer waits out its back-off before it
+// lists again), or failed and has not caught up since (its version moved
+// on and it has not failed for watchSettle).
 func (w *nodeWatch) stale() bool {
 	if !w.synced() {
 		return true
@@ -128,7 +130,7 @@ func (w *nodeWatch) stale() bool {
 		if p.broken && p.inf.LastSyncResourceVersion() != p.brokenAt && w.now().Sub(p.failedAt) >= watchSettle {
 			p.broken = false
 		}
-		stale = stale || p.broken
+		stale = stale || p.broken || !p.streams.Open()
 	}
 	return stale
 }
@@ -209,11 +211,13 @@ func (l *Lock) newNodeWatch(own string, selectors ...string) (*nodeWatch, error)
 		// Informers on Nodes, not a SharedInformerFactory, which
 		// would link every API group's informers into the binary.
 		lw, example := kube.NodeListWatch(l.o.Client, l.o.Metadata, kube.ByLabels(sel))
+		p := &watchPart{}
+		p.streams.Track(lw)
 		inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
 		if err := inf.SetTransform(slim); err != nil {
 			return nil, err
 		}
-		p := &watchPart{inf: inf}
+		p.inf = inf
 		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 			nw.mu.Lock()
 			p.broken, p.brokenAt, p.failedAt = true, inf.LastSyncResourceVersion(), nw.now()

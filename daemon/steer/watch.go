@@ -44,8 +44,9 @@ type Watch struct {
 
 // watched is one informer and whether its cache can be read.
 type watched struct {
-	inf cache.SharedIndexInformer
-	mu  sync.Mutex
+	inf     cache.SharedIndexInformer
+	streams kube.Streams
+	mu      sync.Mutex
 	// failing: its last List or watch failed, at brokenAt (its
 	// resourceVersion then), and no List has succeeded since.
 	failing  bool
@@ -65,7 +66,9 @@ func (w *Watch) Run(ctx context.Context) {
 }
 
 func (w *Watch) start(ctx context.Context, what string, lw *cache.ListWatch, example runtime.Object) *watched {
-	wd := &watched{inf: cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})}
+	wd := &watched{}
+	wd.streams.Track(lw)
+	wd.inf = cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
 	ictx, cancel := context.WithCancel(ctx)
 	log := w.Log
 	if log == nil {
@@ -100,8 +103,9 @@ func (w *Watch) start(ctx context.Context, what string, lw *cache.ListWatch, exa
 	return wd
 }
 
-// live reports whether the cache can be read: filled, not failing, not
-// refused.
+// live reports whether the cache can be read: filled, a watch open (one
+// that ended leaves the cache behind until the informer lists again),
+// not failing, not refused.
 func (wd *watched) live() bool {
 	if wd == nil || !wd.inf.HasSynced() {
 		return false
@@ -111,7 +115,7 @@ func (wd *watched) live() bool {
 	if wd.failing && wd.inf.LastSyncResourceVersion() != wd.brokenAt {
 		wd.failing = false // a List has succeeded since
 	}
-	return !wd.failing && !wd.refused
+	return !wd.failing && !wd.refused && wd.streams.Open()
 }
 
 // one is the object the cache holds (nil if there is none), and whether
@@ -189,7 +193,7 @@ func (w *Watch) Filled(ctx context.Context, d time.Duration) bool {
 // filledPoll is how often Filled looks at the caches.
 const filledPoll = 20 * time.Millisecond
 
-// settled reports whether the watch has filled its cache or been refused.
+// settled reports whether the cache can be read or the watch was refused.
 func (wd *watched) settled() bool {
 	if wd == nil {
 		return true
@@ -197,7 +201,7 @@ func (wd *watched) settled() bool {
 	wd.mu.Lock()
 	refused := wd.refused
 	wd.mu.Unlock()
-	return refused || wd.inf.HasSynced()
+	return refused || wd.live()
 }
 
 // Live reports whether the looks are answered from the watch (both caches

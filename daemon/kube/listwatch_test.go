@@ -1,0 +1,57 @@
+package kube
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// TestStreams: a watch counts as open from its start until its stream
+// ends (the server closed it) or the reflector stops it; its events are
+// relayed; a stream that ends after its successor opened leaves that one
+// counted.
+func TestStreams(t *testing.T) {
+	var servers []*watch.FakeWatcher
+	lw := &cache.ListWatch{WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+		w := watch.NewFakeWithChanSize(1, false)
+		servers = append(servers, w)
+		return w, nil
+	}}
+	var s Streams
+	s.Track(lw)
+	if s.Open() {
+		t.Fatal("open before any watch")
+	}
+	first, err := lw.WatchWithContext(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Open() {
+		t.Fatal("not open once a watch started")
+	}
+	servers[0].Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	if ev := <-first.ResultChan(); ev.Type != watch.Added || ev.Object.(*corev1.Node).Name != "n1" {
+		t.Errorf("relayed %v, want the ADDED n1", ev)
+	}
+	second, err := lw.WatchWithContext(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers[0].Stop() // the server ends the first stream after the second opened
+	if _, ok := <-first.ResultChan(); ok {
+		t.Fatal("the first stream still delivers after the server closed it")
+	}
+	if !s.Open() {
+		t.Error("not open though the second stream is")
+	}
+	second.Stop() // the reflector stops the second
+	for range second.ResultChan() {
+	}
+	if s.Open() {
+		t.Error("open after every stream ended")
+	}
+}
