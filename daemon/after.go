@@ -86,9 +86,8 @@ func (d *Daemon) release(ctx context.Context, log *slog.Logger, c claim.Claim) e
 			return nil
 		}
 		log.Info("uncordoned")
-		d.event(ctx, log, "Normal", ReasonUncordoned, uncordonedWhy)
 		d.message(ctx, notify.Uncordon, "")
-		return d.released(ctx, log)
+		return d.released(ctx, log, uncordonedWhy+"; reboot done, reboot slot released")
 	}
 	if delay := d.Config.Lock.ReleaseDelay.Std(); delay > 0 {
 		d.setManagerStatus(fmt.Sprintf("rebooted; holding the slot for the release delay (%s)", delay))
@@ -96,12 +95,12 @@ func (d *Daemon) release(ctx context.Context, log *slog.Logger, c claim.Claim) e
 	if err := d.Lock.ReleaseAfter(ctx, d.Config.Lock.ReleaseDelay.Std()); err != nil {
 		return err
 	}
-	return d.released(ctx, log)
+	return d.released(ctx, log, "Reboot done; reboot slot released")
 }
 
-func (d *Daemon) released(ctx context.Context, log *slog.Logger) error {
+func (d *Daemon) released(ctx context.Context, log *slog.Logger, why string) error {
 	log.Info("reboot done; slot released")
-	d.event(ctx, log, "Normal", ReasonSlotReleased, "Reboot done; reboot slot released")
+	d.event(ctx, log, "Normal", ReasonSlotReleased, why)
 	d.setStateMetric("idle")
 	d.setManagerStatus("idle: rebooted")
 	return nil

@@ -4,6 +4,7 @@ package daemon
 // reboot, ask for it.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -68,12 +69,14 @@ func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) er
 	if err != nil {
 		return d.lost(ctx, log, c, err)
 	}
+	took := cmp.Or(d.took, "Holds a reboot slot")
+	d.took = ""
 	if was {
-		d.event(ctx, log, "Normal", ReasonCordoned, "Already unschedulable; it will stay so after the reboot")
+		d.event(ctx, log, "Normal", ReasonSlotAcquired, took+"; already unschedulable, it will stay so after the reboot")
 		return nil
 	}
 	log.Info("cordoned")
-	d.event(ctx, log, "Normal", ReasonCordoned, "Cordoned for the reboot")
+	d.event(ctx, log, "Normal", ReasonSlotAcquired, took+"; cordoned for the reboot")
 	return nil
 }
 
@@ -137,7 +140,7 @@ func (d *Daemon) drain(ctx context.Context, log *slog.Logger, c claim.Claim) err
 	} else {
 		took := d.drainTook("ok", began)
 		log.Info("drained", "took", took.Round(time.Millisecond))
-		d.event(ctx, log, "Normal", ReasonDrained, fmt.Sprintf("Drained in %s", took.Round(time.Second)))
+		d.drained = fmt.Sprintf("Drained in %s; r", took.Round(time.Second))
 	}
 	_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseDrained })
 	return d.lostIf(ctx, log, c, err)
@@ -168,7 +171,8 @@ func (d *Daemon) reboot(ctx context.Context, log *slog.Logger, c claim.Claim, bo
 	d.setStateMetric("rebooting")
 	d.setManagerStatus("holding a reboot slot: rebooting")
 	log.Info("rebooting")
-	d.event(ctx, log, "Normal", ReasonRebooting, fmt.Sprintf("Rebooting (%s; boot %.8s)", d.rebootMethod(), boot))
+	d.event(ctx, log, "Normal", ReasonRebooting, fmt.Sprintf("%sebooting (%s; boot %.8s)", cmp.Or(d.drained, "R"), d.rebootMethod(), boot))
+	d.drained = ""
 	d.message(ctx, notify.Reboot, "")
 	asked := d.Now()
 	for {

@@ -136,6 +136,10 @@ type Daemon struct {
 	// holding is the holding claim of this boot as the last step saw it:
 	// a claim that vanishes from under it goes through the lost path.
 	holding *claim.Claim
+	// took and drained say, for the next Event, how long the wait for
+	// the slot and the drain took ("" after a restart in between): the
+	// cordon's Event and the reboot's carry them.
+	took, drained string
 	// paused: the cluster was paused at the last look while waiting.
 	paused bool
 	// inProgress: kured's in-progress mark as this daemon last wrote it.

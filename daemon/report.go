@@ -26,8 +26,6 @@ const (
 	ReasonSettingsInvalid   = "SettingsInvalid"
 	ReasonConfigInvalid     = "ConfigInvalid"
 	ReasonSlotAcquired      = "SlotAcquired"
-	ReasonCordoned          = "Cordoned"
-	ReasonDrained           = "Drained"
 	ReasonDrainFailed       = "DrainFailed"
 	ReasonRebooting         = "Rebooting"
 	ReasonRebootFailed      = "RebootFailed"
@@ -42,26 +40,24 @@ const (
 // Reasons explains each reason, for the documentation (docs/operations.md
 // is generated from it) and for anyone reading the code.
 var Reasons = []struct{ Reason, Type, When string }{
-	{ReasonRebootRequired, "Normal", "the sentinel says a reboot is needed"},
+	{ReasonRebootRequired, "Normal", "the sentinel says a reboot is needed; when nothing blocks it, the message also says it joined the queue"},
 	{ReasonBlocked, "Normal", "a reboot is needed but a blocker holds it back (window, pods, alerts, inhibitors, the cluster's pause, the node's hold); the message lists them"},
-	{ReasonWaitingForSlot, "Normal", "joined the queue for a reboot slot"},
+	{ReasonWaitingForSlot, "Normal", "joined the queue for a reboot slot, after a blocker held it back (else RebootRequired says so)"},
 	{ReasonLeftQueue, "Normal", "left the queue: the reboot is no longer needed, or a blocker appeared while waiting (a hold among them)"},
 	{ReasonPaused, "Normal", "its turn came, or it was waiting, while the cluster is paused (kured-host pause): it keeps its place in the queue and takes no slot until resumed"},
 	{ReasonResumed, "Normal", "a pause this node waited through has ended (kured-host resume): it goes on from its place in the queue"},
 	{ReasonSettingsApplied, "Normal", "the cluster's settings (kured-host settings apply) changed what this node uses: the message says what, before and after; applied when the node joins the queue"},
 	{ReasonSettingsInvalid, "Warning", "the cluster's settings are not valid, or not for this node (a Prometheus URL from the cluster where its own files set credentials): the node keeps what it had; the message names the key and line (once per version of the settings)"},
 	{ReasonConfigInvalid, "Warning", "this node's own configuration files, read again when the cluster's settings changed, are no longer valid: the node keeps the configuration it loaded before; the message names the file, key and line"},
-	{ReasonSlotAcquired, "Normal", "holds a reboot slot; the message says how long it waited"},
-	{ReasonCordoned, "Normal", "cordoned (or found already unschedulable, and left so)"},
-	{ReasonDrained, "Normal", "every pod to evict is gone"},
+	{ReasonSlotAcquired, "Normal", "holds a reboot slot and has cordoned the node (or found it already unschedulable, and left it so); the message says how long it waited"},
 	{ReasonDrainFailed, "Warning", "the drain failed or timed out: uncordoned and slot given back (or rebooting anyway with drain.force_reboot)"},
-	{ReasonRebooting, "Normal", "the reboot is being asked for (logind or the command)"},
+	{ReasonRebooting, "Normal", "every pod to evict is gone, and the reboot is being asked for (logind or the command); the message says how long the drain took"},
 	{ReasonRebootFailed, "Warning", "the reboot request was refused; retried"},
 	{ReasonRebootOverdue, "Warning", "still the same boot reboot.timeout after asking; asked again"},
 	{ReasonRebooted, "Normal", "running in a new boot; the message says how long the reboot took"},
 	{ReasonHealthCheckFailed, "Warning", "not Ready in the new boot, or the health command still fails, health.timeout after the reboot; the slot stays held"},
-	{ReasonUncordoned, "Normal", "uncordoned (only when kured-host cordoned it)"},
-	{ReasonSlotReleased, "Normal", "the slot is free for the next node"},
+	{ReasonUncordoned, "Normal", "uncordoned (only when kured-host cordoned it) while the slot is held: a release delay, or a reboot given up"},
+	{ReasonSlotReleased, "Normal", "the slot is free for the next node; with no release delay, the same write uncordoned the node, and the message says so"},
 	{ReasonSlotLost, "Warning", "someone else removed or changed the claim before the reboot; the node is put back and starts over"},
 	{alarm.ReasonHolderAlarm, "Warning", "another node has held a slot longer than lock.alarm_age (written once per episode by each node at the front of the queue: docs/claims.md)"},
 	{alarm.ReasonEnteringAlarm, "Warning", "another node has been taking a slot longer than lock.entering_alarm_age"},

@@ -71,15 +71,13 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 		return d.waitChange(ctx, time.Hour)
 	}
 	d.applySettings(ctx, log)
-	if !d.toldNeeded {
-		d.toldNeeded = true
-		d.event(ctx, log, "Normal", ReasonRebootRequired, "A reboot is needed: "+d.Sentinel.String())
-	}
+	why := "A reboot is needed: " + d.Sentinel.String()
 	blocked := block.Check(ctx, d.Blockers)
 	d.setBlockersMetric(blocked)
 	d.markNeeded(ctx, log, blocked)
 	d.notePaused(ctx, log, blocked)
 	if len(blocked) > 0 {
+		d.tellNeeded(ctx, log, ReasonRebootRequired, why)
 		d.setStateMetric("blocked")
 		d.reportBlocked(ctx, log, blocked)
 		return d.waitChange(ctx, d.recheck())
@@ -88,9 +86,24 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 	if err := d.Lock.Join(ctx); err != nil {
 		return err
 	}
-	d.event(ctx, log, "Normal", ReasonWaitingForSlot, "Joined the queue for a reboot slot ("+limitsText(d.Config.Lock)+", or stricter limits published by other nodes)")
+	joined := "Joined the queue for a reboot slot (" + limitsText(d.Config.Lock) + ", or stricter limits published by other nodes)"
+	if !d.tellNeeded(ctx, log, ReasonRebootRequired, why+"; j"+joined[1:]) {
+		d.event(ctx, log, "Normal", ReasonWaitingForSlot, joined)
+	}
 	d.showQueue(d.Lock.Status())
 	return nil
+}
+
+// tellNeeded records RebootRequired once per need, and reports whether it
+// did now: a node that joins the queue as soon as it needs a reboot says
+// both in one Event.
+func (d *Daemon) tellNeeded(ctx context.Context, log *slog.Logger, reason, message string) bool {
+	if d.toldNeeded {
+		return false
+	}
+	d.toldNeeded = true
+	d.event(ctx, log, "Normal", reason, message)
+	return true
 }
 
 func limitsText(c config.LockConfig) string {
@@ -159,7 +172,7 @@ func (d *Daemon) tookSlot(ctx context.Context, log *slog.Logger, c claim.Claim) 
 	if d.Metrics != nil {
 		d.Metrics.SlotWait.Observe(max(waited, 0).Seconds())
 	}
-	d.event(ctx, log, "Normal", ReasonSlotAcquired, fmt.Sprintf("Took a reboot slot after waiting %s", waited.Round(time.Second)))
+	d.took = fmt.Sprintf("Took a reboot slot after waiting %s", waited.Round(time.Second))
 }
 
 // acquireEnded: the lock's Acquire returned err.

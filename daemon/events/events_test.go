@@ -73,8 +73,8 @@ func TestLimited(t *testing.T) {
 		emits []emit
 	}{
 		{"a cycle's transitions all pass", []emit{
-			{0, "SlotAcquired", "a", true}, {time.Second, "Cordoned", "b", true},
-			{2 * time.Second, "Drained", "c", true}, {3 * time.Second, "Rebooting", "d", true},
+			{0, "RebootRequired", "a", true}, {time.Second, "SlotAcquired", "b", true},
+			{2 * time.Second, "Rebooting", "c", true}, {3 * time.Second, "Rebooted", "d", true},
 		}},
 		{"a stuck state is recorded once an hour", []emit{
 			{0, "Blocked", "window", true}, {2 * time.Minute, "Blocked", "window", false},

@@ -74,10 +74,12 @@ func TestOperatorSignals(t *testing.T) {
 	}
 	waitDone(t, ctx, n)
 
-	// SlotReleased is recorded just after the release the wait above saw,
-	// and after the uncordon's message: with no release delay the release
-	// write is the uncordon, so the message follows it.
-	wantReasons := []string{"RebootRequired", "WaitingForSlot", "SlotAcquired", "Cordoned", "Drained", "Rebooting", "Rebooted", "Uncordoned", "SlotReleased"}
+	// One Event per step an operator waits on: the need and the join
+	// (nothing blocked it), the slot and the cordon, the drain and the
+	// reboot, the new boot, the uncordon and the release (no release
+	// delay: one write). SlotReleased is recorded just after the release
+	// the wait above saw, and after the uncordon's message.
+	wantReasons := []string{"RebootRequired", "SlotAcquired", "Rebooting", "Rebooted", "SlotReleased"}
 	var reasons []string
 	waitFor(t, ctx, "the SlotReleased event", func() bool {
 		reasons = eventReasons(t, name)
