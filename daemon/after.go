@@ -11,6 +11,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/drain"
 	"github.com/kured-host/kured-host/daemon/host"
+	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/notify"
 )
 
@@ -38,19 +39,20 @@ func (d *Daemon) recordBack(ctx context.Context, log *slog.Logger, c claim.Claim
 // resume waits until the node is healthy in this boot, then (once per
 // reboot, in phase rebooted) puts it back: kured's mark, the uncordon if
 // kured-host cordoned, the notification. With no release delay the
-// uncordon is left to the release, which makes it in its own write.
+// uncordon and the mark are left to the release, which makes them in its
+// own write.
 func (d *Daemon) resume(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	d.setStateMetric("rebooted")
 	if err := d.waitHealthy(ctx, log); err != nil {
 		return err
 	}
-	if c.Phase != claim.PhaseRebooted {
+	if c.Phase != claim.PhaseRebooted || d.uncordonsOnRelease(c) {
 		return nil
 	}
 	if d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) }) {
 		d.inProgress = markClear
 	}
-	if !d.cordonedByUs(c) || d.uncordonsOnRelease(c) {
+	if !d.cordonedByUs(c) {
 		// Unschedulable before kured-host cordoned: it stays so, and
 		// the uncordon message would say otherwise.
 		return nil
@@ -77,13 +79,24 @@ func (d *Daemon) uncordonsOnRelease(c claim.Claim) bool {
 // what is left of it.
 func (d *Daemon) release(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	if d.uncordonsOnRelease(c) {
-		if err := d.Lock.ReleaseUncordoned(ctx); err != nil {
+		var finished marks.Change
+		if d.Marks != nil {
+			finished = d.Marks.FinishedChange()
+		}
+		if err := d.Lock.ReleaseUncordoned(ctx, finished); err != nil {
 			return err
 		}
 		if d.Lock.Annotation(drain.CordonAnnotation) != "" {
 			// The claim was removed by someone else first: the write
-			// did not land, and the next step undoes the cordon.
+			// did not land, the next step undoes the cordon, and the
+			// mark is written apart.
+			if d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) }) {
+				d.inProgress = markClear
+			}
 			return nil
+		}
+		if d.Marks != nil {
+			d.inProgress = markClear
 		}
 		log.Info("uncordoned")
 		d.message(ctx, notify.Uncordon, "")

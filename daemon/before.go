@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/drain"
+	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/notify"
 )
 
@@ -42,7 +44,9 @@ func (d *Daemon) lastLook() []block.Blocker {
 // cordon: the slot was just taken. The blockers are checked again right
 // before the first disruptive step (blocked: the slot is given back);
 // then the cordon is recorded in the claim and made in one conditional
-// write (lock.Lock.Cordon), which also confirms the claim.
+// write (lock.Lock.Cordon), which also confirms the claim. With no
+// drain.delay the drain starts at once: the same write records phase
+// draining and carries kured's marks, and startDrain's step is skipped.
 func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	d.setStateMetric("draining")
 	d.setQueuePositionMetric(-1)
@@ -65,19 +69,49 @@ func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) er
 		return nil
 	}
 	d.setManagerStatus("holding a reboot slot: cordoning")
-	was, err := d.Lock.Cordon(ctx)
+	phase, with, marked := claim.PhaseCordoned, marks.Change{}, func() {}
+	if d.Config.Drain.Delay.Std() <= 0 {
+		phase = claim.PhaseDraining
+		with, marked = d.startedMarks()
+	}
+	was, err := d.Lock.Cordon(ctx, phase, with)
 	if err != nil {
 		return d.lost(ctx, log, c, err)
 	}
+	marked()
 	took := cmp.Or(d.took, "Holds a reboot slot")
 	d.took = ""
 	if was {
 		d.event(ctx, log, "Normal", ReasonSlotAcquired, took+"; already unschedulable, it will stay so after the reboot")
-		return nil
+	} else {
+		log.Info("cordoned")
+		d.event(ctx, log, "Normal", ReasonSlotAcquired, took+"; cordoned for the reboot")
 	}
-	log.Info("cordoned")
-	d.event(ctx, log, "Normal", ReasonSlotAcquired, took+"; cordoned for the reboot")
+	if phase == claim.PhaseDraining {
+		d.message(ctx, notify.Drain, "")
+	}
 	return nil
+}
+
+// startedMarks are kured's marks of a drain that starts: the pre-reboot
+// labels, and the in-progress mark if this daemon has not written it (it
+// started with a slot and could not write it then); done records them
+// written.
+func (d *Daemon) startedMarks() (marks.Change, func()) {
+	if d.Marks == nil {
+		return marks.Change{}, func() {}
+	}
+	with, done := d.neededMark()
+	started := d.Marks.StartedChange()
+	if len(started.Labels) > 0 {
+		labels := maps.Clone(with.Labels)
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		maps.Copy(labels, started.Labels)
+		with.Labels = labels
+	}
+	return with, done
 }
 
 // startDrain: cordoned. It makes a cordon a restart may have cut short,
@@ -116,7 +150,10 @@ func (d *Daemon) startDrain(ctx context.Context, log *slog.Logger, c claim.Claim
 
 // drain evicts the pods, each eviction confirmed (so the drain needs no
 // confirmation of its own: listing the pods disrupts nothing); a failed
-// drain gives the slot back (abort) unless drain.force_reboot.
+// drain gives the slot back (abort) unless drain.force_reboot. With no
+// reboot.delay the reboot's record (phase rebooting) is the next write,
+// and stands for the drain's (cycle.Facts.Drained): phase drained is
+// written only to span the delay.
 func (d *Daemon) drain(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	d.setStateMetric("draining")
 	d.setManagerStatus("holding a reboot slot: draining")
@@ -141,6 +178,13 @@ func (d *Daemon) drain(ctx context.Context, log *slog.Logger, c claim.Claim) err
 		took := d.drainTook("ok", began)
 		log.Info("drained", "took", took.Round(time.Millisecond))
 		d.drained = fmt.Sprintf("Drained in %s; r", took.Round(time.Second))
+	}
+	if d.Config.Reboot.Delay.Std() <= 0 && c.Acquired != nil {
+		// The next step, decided anew (the claim may have changed
+		// under the drain), is the reboot's record.
+		at := *c.Acquired
+		d.drainedFor = &at
+		return nil
 	}
 	_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseDrained })
 	return d.lostIf(ctx, log, c, err)

@@ -25,6 +25,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/drain"
 	"github.com/kured-host/kured-host/daemon/host"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/daemon/printable"
 	"github.com/kured-host/kured-host/daemon/sentinel"
@@ -44,13 +45,13 @@ type Locker interface {
 	Known() (claim.Claim, claim.State)
 	Unreadable() error
 	Annotation(key string) string
-	Join(ctx context.Context) error
+	Join(ctx context.Context, with marks.Change) error
 	Acquire(ctx context.Context) (claim.Claim, error)
 	Update(ctx context.Context, change func(*claim.Claim)) (claim.Claim, error)
-	Cordon(ctx context.Context) (was bool, err error)
+	Cordon(ctx context.Context, phase claim.Phase, with marks.Change) (was bool, err error)
 	Confirm(ctx context.Context) (claim.Claim, error)
 	Release(ctx context.Context) error
-	ReleaseUncordoned(ctx context.Context) error
+	ReleaseUncordoned(ctx context.Context, with marks.Change) error
 	ReleaseAfter(ctx context.Context, delay time.Duration) error
 	Status() lock.Status
 	StatusChanged() <-chan struct{}
@@ -140,6 +141,9 @@ type Daemon struct {
 	// the slot and the drain took ("" after a restart in between): the
 	// cordon's Event and the reboot's carry them.
 	took, drained string
+	// drainedFor is the slot (its claim's Acquired) this process drained
+	// the node for, while no phase records it (cycle.Facts.Drained).
+	drainedFor *time.Time
 	// paused: the cluster was paused at the last look while waiting.
 	paused bool
 	// inProgress: kured's in-progress mark as this daemon last wrote it.
@@ -364,6 +368,9 @@ func (d *Daemon) facts() (cycle.Facts, error) {
 			took = *d.holding.Acquired
 		}
 		f.Took = &took
+	}
+	if d.drainedFor != nil && c.Acquired != nil && d.drainedFor.Equal(*c.Acquired) {
+		f.Drained = true
 	}
 	if needed, err := d.rebootNeeded(); err == nil && !needed {
 		f.NotNeeded = true

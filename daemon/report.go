@@ -66,6 +66,11 @@ var Reasons = []struct{ Reason, Type, When string }{
 
 // Marker sets kured's signals on this node's Node (daemon/marks).
 type Marker interface {
+	// The changes of the marks that ride on a claim write.
+	InProgressChange(at time.Time) marks.Change
+	StartedChange() marks.Change
+	FinishedChange() marks.Change
+
 	InProgress(ctx context.Context, at time.Time) error
 	Started(ctx context.Context) error
 	Finished(ctx context.Context) error
@@ -146,6 +151,16 @@ func (d *Daemon) markNeeded(ctx context.Context, log *slog.Logger, blocked []blo
 	if d.mark(ctx, log, "reboot in progress", func(m Marker) error { return m.InProgress(ctx, d.Now()) }) {
 		d.inProgress = markSet
 	}
+}
+
+// neededMark is the in-progress mark when markNeeded, with nothing
+// blocking, would write it: the join writes it instead (one write for
+// both); done records it written.
+func (d *Daemon) neededMark() (with marks.Change, done func()) {
+	if d.Marks == nil || d.inProgressMark() == markSet {
+		return marks.Change{}, func() {}
+	}
+	return d.Marks.InProgressChange(d.Now()), func() { d.inProgress = markSet }
 }
 
 // markNotNeeded takes the in-progress mark back when the need went away

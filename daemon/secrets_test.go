@@ -22,6 +22,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/events"
 	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/daemon/logging"
+	"github.com/kured-host/kured-host/daemon/marks"
 )
 
 // idleLock is a Locker for a node with no claim; the cycle must not get
@@ -38,7 +39,7 @@ func (l *idleLock) Known() (claim.Claim, claim.State) { return claim.Claim{}, ""
 func (l *idleLock) Unreadable() error                 { return nil }
 func (l *idleLock) Annotation(string) string          { return "" }
 func (l *idleLock) Unschedulable() bool               { return false }
-func (l *idleLock) Join(context.Context) error {
+func (l *idleLock) Join(context.Context, marks.Change) error {
 	close(l.joined)
 	return errNotHere
 }
@@ -46,15 +47,17 @@ func (l *idleLock) Acquire(context.Context) (claim.Claim, error) { return claim.
 func (l *idleLock) Update(context.Context, func(*claim.Claim)) (claim.Claim, error) {
 	return claim.Claim{}, errNotHere
 }
-func (l *idleLock) Cordon(context.Context) (bool, error)              { return false, errNotHere }
-func (l *idleLock) Confirm(context.Context) (claim.Claim, error)      { return claim.Claim{}, errNotHere }
-func (l *idleLock) Release(context.Context) error                     { return errNotHere }
-func (l *idleLock) ReleaseUncordoned(context.Context) error           { return errNotHere }
-func (l *idleLock) ReleaseAfter(context.Context, time.Duration) error { return errNotHere }
-func (l *idleLock) Status() lock.Status                               { return lock.Status{Position: -1} }
-func (l *idleLock) StatusChanged() <-chan struct{}                    { return nil }
-func (l *idleLock) SetPaused(bool)                                    {}
-func (l *idleLock) SetLimits(claim.Limits)                            {}
+func (l *idleLock) Cordon(context.Context, claim.Phase, marks.Change) (bool, error) {
+	return false, errNotHere
+}
+func (l *idleLock) Confirm(context.Context) (claim.Claim, error)          { return claim.Claim{}, errNotHere }
+func (l *idleLock) Release(context.Context) error                         { return errNotHere }
+func (l *idleLock) ReleaseUncordoned(context.Context, marks.Change) error { return errNotHere }
+func (l *idleLock) ReleaseAfter(context.Context, time.Duration) error     { return errNotHere }
+func (l *idleLock) Status() lock.Status                                   { return lock.Status{Position: -1} }
+func (l *idleLock) StatusChanged() <-chan struct{}                        { return nil }
+func (l *idleLock) SetPaused(bool)                                        {}
+func (l *idleLock) SetLimits(claim.Limits)                                {}
 
 // needed is a sentinel that always says a reboot is needed.
 type needed struct{}

@@ -74,18 +74,20 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 	why := "A reboot is needed: " + d.Sentinel.String()
 	blocked := block.Check(ctx, d.Blockers)
 	d.setBlockersMetric(blocked)
-	d.markNeeded(ctx, log, blocked)
 	d.notePaused(ctx, log, blocked)
 	if len(blocked) > 0 {
+		d.markNeeded(ctx, log, blocked)
 		d.tellNeeded(ctx, log, ReasonRebootRequired, why)
 		d.setStateMetric("blocked")
 		d.reportBlocked(ctx, log, blocked)
 		return d.waitChange(ctx, d.recheck())
 	}
 	d.setManagerStatus("reboot needed: joining the queue")
-	if err := d.Lock.Join(ctx); err != nil {
+	mark, marked := d.neededMark()
+	if err := d.Lock.Join(ctx, mark); err != nil {
 		return err
 	}
+	marked()
 	joined := "Joined the queue for a reboot slot (" + limitsText(d.Config.Lock) + ", or stricter limits published by other nodes)"
 	if !d.tellNeeded(ctx, log, ReasonRebootRequired, why+"; j"+joined[1:]) {
 		d.event(ctx, log, "Normal", ReasonWaitingForSlot, joined)

@@ -33,6 +33,11 @@ type Facts struct {
 	// NotNeeded: the sentinel says, without an error, that no reboot is
 	// needed.
 	NotNeeded bool
+	// Drained: this process drained the node for the slot it holds (the
+	// claim's Acquired), and no phase records it: with no reboot delay
+	// the reboot's record is the next write. Lost in a restart, which
+	// drains again (nothing is left to evict).
+	Drained bool
 }
 
 // Step is one transition of the cycle.
@@ -67,8 +72,8 @@ const (
 	StartDrain
 	// Drain: evict the pods.
 	Drain
-	// RequestReboot: drained, or the reboot already asked for in this
-	// boot; record it and ask (again).
+	// RequestReboot: drained (recorded, or done by this process), or the
+	// reboot already asked for in this boot; record it and ask (again).
 	RequestReboot
 	// FinishAbort: the reboot was given up; uncordon and release.
 	FinishAbort
@@ -146,7 +151,7 @@ func Next(f Facts) Step {
 		if f.Claim.BootID != "" && f.Claim.BootID != f.Boot {
 			return afterReboot(f.Claim.Phase)
 		}
-		return beforeReboot(f.Claim.Phase)
+		return beforeReboot(f.Claim.Phase, f.Drained)
 	}
 	return KeepUnreadable // a state this daemon does not write
 }
@@ -165,14 +170,18 @@ func stillTaken(f Facts) bool {
 }
 
 // beforeReboot: in the boot that took the slot, one phase per step, each
-// recorded before the step it names, so that a restart resumes there.
-func beforeReboot(p claim.Phase) Step {
+// recorded before the step it names, so that a restart resumes there; a
+// drain done is known from the process (drained) when no phase records it.
+func beforeReboot(p claim.Phase, drained bool) Step {
 	switch p {
 	case claim.PhaseAcquired:
 		return Cordon
 	case claim.PhaseCordoned:
 		return StartDrain
 	case claim.PhaseDraining:
+		if drained {
+			return RequestReboot
+		}
 		return Drain
 	case claim.PhaseDrained, claim.PhaseRebooting:
 		return RequestReboot

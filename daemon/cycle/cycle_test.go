@@ -44,6 +44,9 @@ func TestNext(t *testing.T) {
 		{"acquired, no boot recorded", holding(claim.PhaseAcquired, ""), Cordon},
 		{"cordoned", holding(claim.PhaseCordoned, "b1"), StartDrain},
 		{"draining", holding(claim.PhaseDraining, "b1"), Drain},
+		{"draining, drained by this process", with(holding(claim.PhaseDraining, "b1"), func(f *Facts) { f.Drained = true }), RequestReboot},
+		{"draining, drained, claim rewritten", with(holding(claim.PhaseDraining, "b1"), func(f *Facts) { f.Drained, f.Took = true, &other }), Lost},
+		{"draining, drained, then an unplanned reboot", with(holding(claim.PhaseDraining, "b0"), func(f *Facts) { f.Drained = true }), RecordBack},
 		{"drained", holding(claim.PhaseDrained, "b1"), RequestReboot},
 		{"rebooting, still up", holding(claim.PhaseRebooting, "b1"), RequestReboot},
 		{"aborted", holding(claim.PhaseAborted, "b1"), FinishAbort},
@@ -86,9 +89,9 @@ func TestEveryStepReachedAndNamed(t *testing.T) {
 	for _, s := range states {
 		for _, p := range phases {
 			for _, boot := range []string{"", "b0", "b1"} {
-				for bits := range 16 {
+				for bits := range 32 {
 					f := Facts{State: s, Claim: claim.Claim{Phase: p, BootID: boot, Acquired: &took}, Boot: "b1",
-						Unreadable: bits&1 != 0, CordonMark: bits&2 != 0, NotNeeded: bits&4 != 0}
+						Unreadable: bits&1 != 0, CordonMark: bits&2 != 0, NotNeeded: bits&4 != 0, Drained: bits&16 != 0}
 					if bits&8 != 0 {
 						f.Took = &took
 					}
@@ -119,9 +122,9 @@ func TestBeforeReboot(t *testing.T) {
 	for _, s := range []claim.State{"", claim.Waiting, claim.Entering, claim.Holding} {
 		for _, p := range phases {
 			for _, boot := range []string{"", "b0", "b1"} {
-				for _, mine := range []bool{false, true} {
-					f := Facts{State: s, Claim: claim.Claim{Phase: p, BootID: boot, Acquired: &took}, Boot: "b1"}
-					if mine {
+				for bits := range 4 {
+					f := Facts{State: s, Claim: claim.Claim{Phase: p, BootID: boot, Acquired: &took}, Boot: "b1", Drained: bits&2 != 0}
+					if bits&1 != 0 {
 						f.Took = &took
 					}
 					want := s == claim.Holding && boot != "b0"

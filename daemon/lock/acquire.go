@@ -12,6 +12,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/marks"
+	"github.com/kured-host/kured-host/daemon/queue"
 )
 
 // Join puts the node in the queue (waiting). The queue order comes from the
@@ -21,8 +23,9 @@ import (
 // place is the write's, not the moment Join was called: a node that took
 // an earlier moment would join ahead of nodes that had read the queue,
 // which then think themselves nearer the front than they are (in a
-// 500-node roll, 940 MB of reads of the whole queue against 616 MB).
-func (l *Lock) Join(ctx context.Context) error {
+// 500-node roll, 940 MB of reads of the whole queue against 616 MB). The
+// marks with it go in the same write.
+func (l *Lock) Join(ctx context.Context, with marks.Change) error {
 	if l.current().state != "" {
 		return nil
 	}
@@ -48,7 +51,7 @@ func (l *Lock) Join(ctx context.Context) error {
 		}
 		own := l.ownLimits()
 		c := claim.Claim{Since: l.o.ServerNow().UTC().Truncate(time.Millisecond), Limits: own, Groups: groupValues(cur.labels, own.Groups)}
-		_, err := l.write(ctx, claim.Waiting, c)
+		_, err := l.writeClaim(ctx, claim.Waiting, c, keepSchedule, queue.RoleOf(cur.labels), with)
 		if err == nil {
 			l.log.Info("joined the queue for a reboot slot")
 			return nil

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/marks"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -46,7 +47,7 @@ func TestNodeCount(t *testing.T) {
 			t.Fatalf("at start-up: %d counts, %d nodes; want 1 count of 3 nodes", c, n)
 		}
 
-		if err := l.Join(ctx); err != nil {
+		if err := l.Join(ctx, marks.Change{}); err != nil {
 			t.Fatal(err)
 		}
 		if l.current().state == "" {

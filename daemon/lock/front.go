@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/queue"
 )
 
@@ -193,7 +194,7 @@ func (l *Lock) writeRole(ctx context.Context, role queue.Role) error {
 		if cur.state != claim.Waiting || cur.err != nil || (queue.RoleOf(cur.labels) == role && !stopped) {
 			return nil
 		}
-		_, err := l.writeClaim(ctx, claim.Waiting, cur.claim, keepSchedule, role)
+		_, err := l.writeClaim(ctx, claim.Waiting, cur.claim, keepSchedule, role, marks.Change{})
 		if err == nil {
 			l.log.Debug("front of the queue", "role", string(role))
 			return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/queue"
 )
 
@@ -114,7 +116,7 @@ var errConflict = errors.New("node changed since it was read")
 // and the annotation change together. An error other than errConflict
 // leaves the outcome unknown: callers re-read with Own.
 func (l *Lock) write(ctx context.Context, state claim.State, c claim.Claim) (claim.Claim, error) {
-	return l.writeClaim(ctx, state, c, keepSchedule, queue.RoleOf(l.current().labels))
+	return l.writeClaim(ctx, state, c, keepSchedule, queue.RoleOf(l.current().labels), marks.Change{})
 }
 
 // scheduling is what a claim write does to the node's cordon.
@@ -134,7 +136,7 @@ const (
 // into the active claims' left a moment in which it was in neither, and a
 // node behind it announced in that moment (TestPauseAndHold). Every write
 // takes the stopped label off: the daemon runs.
-func (l *Lock) writeClaim(ctx context.Context, state claim.State, c claim.Claim, sched scheduling, role queue.Role) (claim.Claim, error) {
+func (l *Lock) writeClaim(ctx context.Context, state claim.State, c claim.Claim, sched scheduling, role queue.Role, with marks.Change) (claim.Claim, error) {
 	cur := l.current()
 	if state != "" && cur.err != nil {
 		// Built on a claim this daemon cannot read (an admin's edit): what
@@ -161,11 +163,19 @@ func (l *Lock) writeClaim(ctx context.Context, state claim.State, c claim.Claim,
 			front = string(role)
 		}
 	}
+	labels := map[string]any{}
+	for k, v := range with.Labels {
+		labels[k] = v
+	}
+	annotations := map[string]any{}
+	for k, v := range with.Annotations {
+		annotations[k] = v
+	}
+	maps.Copy(labels, map[string]any{claim.Label: label, claim.LimitsLabel: digest, claim.SinceLabel: since,
+		queue.FrontLabel: front, queue.StoppedLabel: nil})
+	annotations[claim.Annotation] = ann
 	patch := map[string]any{"metadata": map[string]any{
-		"resourceVersion": cur.rv,
-		"labels": map[string]any{claim.Label: label, claim.LimitsLabel: digest, claim.SinceLabel: since,
-			queue.FrontLabel: front, queue.StoppedLabel: nil},
-		"annotations": map[string]any{claim.Annotation: ann},
+		"resourceVersion": cur.rv, "labels": labels, "annotations": annotations,
 	}}
 	if sched != keepSchedule {
 		claim.SetCordon(patch, sched == cordonNode)
@@ -250,31 +260,32 @@ func (l *Lock) Update(ctx context.Context, change func(*claim.Claim)) (claim.Cla
 	}
 }
 
-// Cordon records the cordon in the holder's claim (phase cordoned) and
-// cordons the node in the same conditional write, unless the Node it is
-// conditional on is unschedulable already (an admin's cordon, which stays
-// after the reboot): the claim records which. One write, so no restart
-// can come between the record and the cordon, and its success confirms
-// the claim as a consistent GET before it would. It reports whether the
-// node was unschedulable already, or ErrLost.
-func (l *Lock) Cordon(ctx context.Context) (was bool, err error) {
+// Cordon records the cordon in the holder's claim (in phase, cordoned or
+// draining) and cordons the node in the same conditional write, unless
+// the Node it is conditional on is unschedulable already (an admin's
+// cordon, which stays after the reboot): the claim records which. One
+// write, so no restart can come between the record and the cordon, and
+// its success confirms the claim as a consistent GET before it would; the
+// marks with it go in the same write. It reports whether the node was
+// unschedulable already, or ErrLost.
+func (l *Lock) Cordon(ctx context.Context, phase claim.Phase, with marks.Change) (was bool, err error) {
 	for {
 		cur := l.current()
 		if cur.state != claim.Holding {
 			return false, fmt.Errorf("record the cordon: the claim is %q: %w", stateName(cur.state), ErrLost)
 		}
-		if cur.claim.Phase == claim.PhaseCordoned {
+		if cur.claim.Phase == phase {
 			// A write whose reply was lost, read again: it landed, and
 			// the Node is unschedulable by its cordon now.
 			return cur.claim.WasUnschedulable, nil
 		}
 		c, was := cur.claim, cur.unschedulable
-		c.Phase, c.WasUnschedulable, c.Cordoned = claim.PhaseCordoned, was, !was
+		c.Phase, c.WasUnschedulable, c.Cordoned = phase, was, !was
 		sched := cordonNode
 		if was {
 			sched = keepSchedule
 		}
-		_, err := l.writeClaim(ctx, claim.Holding, c, sched, queue.RoleOf(cur.labels))
+		_, err := l.writeClaim(ctx, claim.Holding, c, sched, queue.RoleOf(cur.labels), with)
 		if err == nil {
 			return was, nil
 		}
@@ -303,7 +314,9 @@ func (l *Lock) Confirm(ctx context.Context) (claim.Claim, error) {
 // state it can read, or an unreadable waiting or entering one: after the
 // reboot, or to leave the queue. A claim that changes under it into an
 // unreadable one that says it holds is not removed (ErrUnreadable).
-func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, keepSchedule) }
+func (l *Lock) Release(ctx context.Context) error {
+	return l.release(ctx, keepSchedule, marks.Change{})
+}
 
 // ReleaseUncordoned is Release that uncordons the node in the same
 // write: the end of a cycle in which kured-host cordoned it, with no
@@ -312,10 +325,13 @@ func (l *Lock) Release(ctx context.Context) error { return l.release(ctx, keepSc
 // held. A claim gone when it is read again after a failed write was
 // either this write, which landed (the node is uncordoned too), or an
 // admin's removal (nothing uncordoned: the cordon's annotation is still on
-// the Node as read, and the cycle undoes the cordon).
-func (l *Lock) ReleaseUncordoned(ctx context.Context) error { return l.release(ctx, uncordonNode) }
+// the Node as read, and the cycle undoes the cordon; the marks with it
+// were not written either).
+func (l *Lock) ReleaseUncordoned(ctx context.Context, with marks.Change) error {
+	return l.release(ctx, uncordonNode, with)
+}
 
-func (l *Lock) release(ctx context.Context, sched scheduling) error {
+func (l *Lock) release(ctx context.Context, sched scheduling, with marks.Change) error {
 	for {
 		cur := l.current()
 		if cur.state == "" {
@@ -328,7 +344,7 @@ func (l *Lock) release(ctx context.Context, sched scheduling) error {
 			// alone until an admin fixes it.
 			return fmt.Errorf("%w: %v", ErrUnreadable, cur.err)
 		}
-		_, err := l.writeClaim(ctx, "", claim.Claim{}, sched, queue.RoleBehind)
+		_, err := l.writeClaim(ctx, "", claim.Claim{}, sched, queue.RoleBehind, with)
 		if err == nil {
 			l.stopWatch()
 			l.log.Info("released the claim", "was", string(cur.state))

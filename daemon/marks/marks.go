@@ -51,37 +51,62 @@ type Marker struct {
 	Observe func(*corev1.Node)
 }
 
+// Change is what a mark changes on the Node: labels to set, annotations
+// to set or (nil) remove. The lock writes one in its claim write when a
+// mark and a claim write come together (lock.Lock.Join, Cordon,
+// ReleaseUncordoned): one request for both.
+type Change struct {
+	Labels      map[string]string
+	Annotations map[string]*string
+}
+
+// Empty reports whether c changes nothing.
+func (c Change) Empty() bool { return len(c.Labels) == 0 && len(c.Annotations) == 0 }
+
+// InProgressChange is the InProgress mark.
+func (m *Marker) InProgressChange(at time.Time) Change {
+	if !m.Annotate {
+		return Change{}
+	}
+	t := at.UTC().Format(time.RFC3339)
+	return Change{Annotations: map[string]*string{InProgress: &t, MostRecentNeeded: &t}}
+}
+
 // InProgress marks the reboot as in progress and needed since at, as
 // kured does: once per need (the caller knows whether the node has the
 // mark already), in the window, blocked or not.
 func (m *Marker) InProgress(ctx context.Context, at time.Time) error {
-	if !m.Annotate {
-		return nil
-	}
-	t := at.UTC().Format(time.RFC3339)
-	return m.patch(ctx, nil, map[string]*string{InProgress: &t, MostRecentNeeded: &t})
+	return m.Write(ctx, m.InProgressChange(at))
 }
+
+// StartedChange is the Started mark.
+func (m *Marker) StartedChange() Change { return Change{Labels: m.Pre} }
 
 // Started sets the pre-reboot labels: the drain starts.
 func (m *Marker) Started(ctx context.Context) error {
-	return m.patch(ctx, m.Pre, nil)
+	return m.Write(ctx, m.StartedChange())
+}
+
+// FinishedChange is the Finished mark.
+func (m *Marker) FinishedChange() Change {
+	c := Change{Labels: m.Post}
+	if m.Annotate {
+		c.Annotations = map[string]*string{InProgress: nil}
+	}
+	return c
 }
 
 // Finished marks the reboot as done: after the reboot, before the node is
 // uncordoned.
 func (m *Marker) Finished(ctx context.Context) error {
-	var ann map[string]*string
-	if m.Annotate {
-		ann = map[string]*string{InProgress: nil}
-	}
-	return m.patch(ctx, m.Post, ann)
+	return m.Write(ctx, m.FinishedChange())
 }
 
 // GaveUp marks a reboot given up (a failed drain, a lost slot) with the
 // post-reboot labels. The in-progress annotation stays, as kured leaves
 // it: the reboot is still needed.
 func (m *Marker) GaveUp(ctx context.Context) error {
-	return m.patch(ctx, m.Post, nil)
+	return m.Write(ctx, Change{Labels: m.Post})
 }
 
 // NotNeeded takes the in-progress mark back when the need went away
@@ -93,21 +118,20 @@ func (m *Marker) NotNeeded(ctx context.Context) error {
 	if !m.Annotate {
 		return nil
 	}
-	return m.patch(ctx, nil, map[string]*string{InProgress: nil})
+	return m.Write(ctx, Change{Annotations: map[string]*string{InProgress: nil}})
 }
 
-// patch merges labels and annotations (nil values remove) into the Node;
-// nothing to change makes no request.
-func (m *Marker) patch(ctx context.Context, labels map[string]string, annotations map[string]*string) error {
-	if len(labels) == 0 && len(annotations) == 0 {
+// Write merges c into the Node; nothing to change makes no request.
+func (m *Marker) Write(ctx context.Context, c Change) error {
+	if c.Empty() {
 		return nil
 	}
 	meta := map[string]any{}
-	if len(labels) > 0 {
-		meta["labels"] = labels
+	if len(c.Labels) > 0 {
+		meta["labels"] = c.Labels
 	}
-	if len(annotations) > 0 {
-		meta["annotations"] = annotations
+	if len(c.Annotations) > 0 {
+		meta["annotations"] = c.Annotations
 	}
 	body, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {

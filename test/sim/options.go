@@ -23,12 +23,15 @@ type Options struct {
 	// Skewed puts most nodes in the first zone.
 	Skewed       bool
 	ReleaseDelay time.Duration
-	NeedSpread   Span // when each node learns it needs a reboot
-	DownTime     Span // a reboot's down time
-	KubeletDelay Span // how long the kubelet takes to report a boot
-	ClockSkew    time.Duration
-	Deadline     time.Duration
-	Faults       FaultSet
+	// DrainDelay and RebootDelay: drain.delay and reboot.delay. Phases
+	// cordoned and drained are written only to span them.
+	DrainDelay, RebootDelay time.Duration
+	NeedSpread              Span // when each node learns it needs a reboot
+	DownTime                Span // a reboot's down time
+	KubeletDelay            Span // how long the kubelet takes to report a boot
+	ClockSkew               time.Duration
+	Deadline                time.Duration
+	Faults                  FaultSet
 	// LogLevel of the daemons' logs kept for a failed run's report.
 	LogLevel slog.Level
 
@@ -118,6 +121,12 @@ func Draw(seed int64) Options {
 	// their faults.
 	o.Faults.Orders = p(0.2)
 	o.Faults.Settings = p(0.2)
+	if p(0.25) {
+		o.DrainDelay = time.Duration(1+r.IntN(30)) * time.Second
+	}
+	if p(0.25) {
+		o.RebootDelay = time.Duration(1+r.IntN(30)) * time.Second
+	}
 	if o.Faults.SlowKubelet {
 		o.KubeletDelay = Span{time.Second, 3 * time.Minute}
 	}
@@ -132,8 +141,8 @@ func (o Options) String() string {
 	if faults == "" {
 		faults = "none"
 	}
-	return fmt.Sprintf("seed %d: %d nodes, %d zones, concurrency %d, zone max %d, mixed %v, release delay %s, faults %s",
-		o.Seed, o.Nodes, o.Zones, o.Concurrency, o.ZoneMax, o.Mixed, o.ReleaseDelay, faults)
+	return fmt.Sprintf("seed %d: %d nodes, %d zones, concurrency %d, zone max %d, mixed %v, release delay %s, drain delay %s, reboot delay %s, faults %s",
+		o.Seed, o.Nodes, o.Zones, o.Concurrency, o.ZoneMax, o.Mixed, o.ReleaseDelay, o.DrainDelay, o.RebootDelay, faults)
 }
 
 // Config is node i's configuration.
@@ -152,6 +161,8 @@ func (o Options) Config(w *World, i int) config.Config {
 		}
 	}
 	c.Lock.ReleaseDelay = config.Duration(o.ReleaseDelay)
+	c.Drain.Delay = config.Duration(o.DrainDelay)
+	c.Reboot.Delay = config.Duration(o.RebootDelay)
 	c.Drain.Timeout = config.Duration(10 * time.Minute)
 	c.Reboot.Timeout = config.Duration(15 * time.Minute)
 	return c

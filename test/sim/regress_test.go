@@ -128,16 +128,18 @@ func TestRegressions(t *testing.T) {
 			o := base(2)
 			o.Script = func(w *World) {
 				interposeOnce(w, func(r api.Revision, c claim.Claim) (func(*corev1.Node), bool) {
-					if c.State != claim.Holding || c.Phase != claim.PhaseCordoned || !r.Node.Spec.Unschedulable {
+					// The cordon's write records phase draining (no
+					// drain.delay: the drain starts at once) or cordoned.
+					if c.State != claim.Holding || (c.Phase != claim.PhaseCordoned && c.Phase != claim.PhaseDraining) || !r.Node.Spec.Unschedulable {
 						return nil, false
 					}
-					w.tracef(r.Node.Name, "the admin removes the claim, just after it recorded cordoned (scenario)")
+					w.tracef(r.Node.Name, "the admin removes the claim, just after it recorded the cordon (scenario)")
 					return removeClaim, true
 				})
 			}
 			return o
 		},
-		fired: traced("just after it recorded cordoned"),
+		fired: traced("just after it recorded the cordon"),
 		check: wantEvent("SlotLost"),
 	}, {
 		// L3: forty nodes of zone-a wait, one at a time (zone max 1).

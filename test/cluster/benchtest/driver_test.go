@@ -18,6 +18,7 @@ import (
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/test/cluster"
 )
 
@@ -72,7 +73,7 @@ func (d *lockDriver) run(ctx context.Context) error {
 			if err := d.h.AwaitRebootRequired(ctx); err != nil {
 				return err
 			}
-			if err := l.Join(ctx); err != nil {
+			if err := l.Join(ctx, marks.Change{}); err != nil {
 				return err
 			}
 		case claim.Waiting, claim.Entering:
@@ -102,7 +103,7 @@ func (d *lockDriver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) err
 	if c.BootID != boot {
 		if !c.WasUnschedulable {
 			// In the release's own write, as the daemon's cycle does.
-			return l.ReleaseUncordoned(ctx)
+			return l.ReleaseUncordoned(ctx, marks.Change{})
 		}
 		return l.Release(ctx)
 	}
@@ -110,7 +111,7 @@ func (d *lockDriver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) err
 	// first cordons the node in the same write (as the daemon's cycle
 	// does).
 	if c.Phase == claim.PhaseAcquired {
-		if _, err := l.Cordon(ctx); err != nil {
+		if _, err := l.Cordon(ctx, claim.PhaseCordoned, marks.Change{}); err != nil {
 			return err
 		}
 	}

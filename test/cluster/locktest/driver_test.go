@@ -27,6 +27,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/events"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/metrics"
 	"github.com/kured-host/kured-host/test/cluster"
 )
@@ -169,7 +170,7 @@ func (d *driver) run(ctx context.Context) error {
 			if err := d.step(ctx); err != nil {
 				return err
 			}
-			if err := l.Join(ctx); err != nil {
+			if err := l.Join(ctx, marks.Change{}); err != nil {
 				return err
 			}
 		case claim.Waiting, claim.Entering:
@@ -219,7 +220,7 @@ func (d *driver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
 		}
 		if !c.WasUnschedulable && d.releaseDelay <= 0 {
 			// In the release's own write, as the daemon's cycle does.
-			return l.ReleaseUncordoned(ctx)
+			return l.ReleaseUncordoned(ctx, marks.Change{})
 		}
 		if !c.WasUnschedulable {
 			if err := d.setUnschedulable(ctx, l, false); err != nil {
@@ -238,7 +239,7 @@ func (d *driver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
 	// first cordons the node in the same write (as the daemon's cycle
 	// does).
 	if c.Phase == claim.PhaseAcquired {
-		if _, err := l.Cordon(ctx); err != nil {
+		if _, err := l.Cordon(ctx, claim.PhaseCordoned, marks.Change{}); err != nil {
 			return err
 		}
 	}

@@ -700,7 +700,7 @@ func TestObserveSavesTheConflict(t *testing.T) {
 			if _, _, err := l.Own(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := l.Join(ctx); err != nil {
+			if err := l.Join(ctx, marks.Change{}); err != nil {
 				t.Fatal(err)
 			}
 			for _, on := range []string{"true", "null"} {
@@ -770,7 +770,7 @@ func TestJoinBuildsOnAFreshNode(t *testing.T) {
 			}
 			offset.Store(int64(tc.later))
 			gets.Store(0)
-			if err := l.Join(ctx); err != nil {
+			if err := l.Join(ctx, marks.Change{}); err != nil {
 				t.Fatal(err)
 			}
 			if g, c := gets.Load(), conflicts.Load(); g != tc.gets || c != tc.conflicts {
@@ -815,7 +815,7 @@ func TestMarksAndReadyFeedTheLock(t *testing.T) {
 			if err := m.InProgress(ctx, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			if err := l.Join(ctx); err != nil {
+			if err := l.Join(ctx, marks.Change{}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := cp.Admin.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType,
@@ -984,7 +984,7 @@ func TestMarkStopped(t *testing.T) {
 	if _, _, err := l.Own(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Join(ctx); err != nil {
+	if err := l.Join(ctx, marks.Change{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := lock.MarkStopped(ctx, other.Client, h.Name); !apierrors.IsForbidden(err) {
