@@ -128,7 +128,7 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 	tolerance, _ := cfg.Lock.ClockTolerance()
 	watch := &steer.Watch{Client: c.Kube, Metadata: c.Metadata, Node: node, Log: log.With("component", "steer")}
 	looks := steer.Reader{Client: c.Kube, Node: node, Cached: true, Watch: watch}
-	orders, fresh := Orders(looks), Orders(steer.Reader{Client: c.Kube, Node: node})
+	orders, fresh := Orders(looks), FreshOrders(steer.Reader{Client: c.Kube, Node: node}, time.Now)
 	l := lock.New(lock.Options{
 		Client: c.Kube, Metadata: c.Metadata, Node: node, Limits: cfg.Lock.Limits(),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
@@ -215,6 +215,23 @@ func sentinelFor(c config.SentinelConfig, root host.Root) sentinel.Checker {
 // cycle; fresh for the look right before an announce (MayAnnounce).
 func Orders(r steer.Reader) []block.Blocker {
 	return []block.Blocker{steer.Paused{Reader: r}, steer.Held{Reader: r}}
+}
+
+// freshFor is how long a fresh read of the orders answers the next look:
+// the look right before the cordon follows the one right before the
+// announce by the announce, the verify and the commit, a few round trips;
+// a pause set since is obeyed from its second second (docs/claims.md).
+const freshFor = time.Second
+
+// FreshOrders are the orders read fresh (not from a watch or a cache), for
+// the looks right before the announce and right before the cordon; a read
+// answers both when they come within freshFor of each other.
+func FreshOrders(r steer.Reader, now func() time.Time) []block.Blocker {
+	var out []block.Blocker
+	for _, b := range Orders(r) {
+		out = append(out, &block.Recent{Blocker: b, For: freshFor, Now: now})
+	}
+	return out
 }
 
 // MayAnnounce asks the orders right before the lock announces: a pause or

@@ -103,13 +103,14 @@ urls = ["generic://127.0.0.1:9/hook?disabletls=yes"]
 				t.Errorf("the looks' orders %+v (want them read from the watch %p) and settings %+v (want them read from the API server's cache)", p.Reader, d.OrdersWatch, d.Settings)
 			}
 			last := d.lastLook()
-			if got, want := blockerTypes(last), "steer.Paused steer.Held *block.Window *block.Pods *block.Alerts *block.Inhibitors"; got != want {
+			if got, want := blockerTypes(last), "*block.Recent *block.Recent *block.Window *block.Pods *block.Alerts *block.Inhibitors"; got != want {
 				t.Errorf("the last look's blockers %s, want %s", got, want)
 			}
-			if r := last[0].(steer.Paused).Reader; r.Watch != nil || r.Cached {
+			// Fresh, and a read right before the announce answers it.
+			if r := last[0].(*block.Recent); r.Blocker.(steer.Paused).Reader.Watch != nil || r.Blocker.(steer.Paused).Reader.Cached || r.For != freshFor {
 				t.Errorf("the last look reads the pause as %+v, want fresh", r)
 			}
-			if r := last[1].(steer.Held).Reader; r.Watch != nil || r.Cached {
+			if r := last[1].(*block.Recent); r.Blocker.(steer.Held).Reader.Watch != nil || r.Blocker.(steer.Held).Reader.Cached || r.For != freshFor {
 				t.Errorf("the last look reads the hold as %+v, want fresh", r)
 			}
 			if r, ok := d.Rebooter.(host.CommandRebooter); !ok || !reflect.DeepEqual(r.Argv, []string{"/sbin/reboot", "now"}) || r.Timeout != 5*time.Minute {

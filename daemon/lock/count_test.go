@@ -43,6 +43,13 @@ func TestNodeCount(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
+		if c, _ := counts(); c != 0 {
+			t.Fatalf("%d counts before the own claim was read; want none", c)
+		}
+		if _, _, err := l.Own(ctx); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
 		if c, n := counts(); c != 1 || n != 3 {
 			t.Fatalf("at start-up: %d counts, %d nodes; want 1 count of 3 nodes", c, n)
 		}
@@ -70,6 +77,47 @@ func TestNodeCount(t *testing.T) {
 		synctest.Wait()
 		if c, n := counts(); c != 2 || n != 4 {
 			t.Errorf("after 2·countEvery: %d counts, %d nodes; want 2 counts, 4 nodes", c, n)
+		}
+		cancel()
+		synctest.Wait()
+	})
+}
+
+// TestNodeCountAfterReboot: a daemon that starts holding a slot (back
+// after its reboot) does not read the count at start-up: its next need is
+// days away, and the count is read within the first period.
+func TestNodeCountAfterReboot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		acquired := time.Now().Add(-time.Minute)
+		c, err := claim.Claim{Since: acquired, Acquired: &acquired, Limits: claim.Limits{Concurrency: 1}, State: claim.Holding, Phase: claim.PhaseRebooting, BootID: "b0"}.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		me := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "me",
+			Labels: map[string]string{claim.Label: string(claim.Holding)}, Annotations: map[string]string{claim.Annotation: c}}}
+		client := fake.NewClientset(me, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}})
+		l := New(Options{Client: client, Node: "me", Limits: claim.Limits{Concurrency: 1}})
+		var listed atomic.Int64
+		client.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+			listed.Add(1)
+			return false, nil, nil
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := l.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, st, err := l.Own(ctx); err != nil || st != claim.Holding {
+			t.Fatalf("own claim %q, %v; want holding", st, err)
+		}
+		synctest.Wait()
+		if n := listed.Load(); n != 0 {
+			t.Errorf("%d counts at start-up while holding; want none", n)
+		}
+		time.Sleep(2*countEvery + time.Minute)
+		synctest.Wait()
+		if n := listed.Load(); n != 1 {
+			t.Errorf("%d counts after 2·countEvery; want 1", n)
 		}
 		cancel()
 		synctest.Wait()

@@ -90,6 +90,9 @@ type Lock struct {
 	// base is Start's context: the watch lives at most as long.
 	base    context.Context
 	changed chan struct{}
+	// read is closed once the own claim has been read or written.
+	read     chan struct{}
+	readOnce sync.Once
 	watchMu sync.Mutex
 	watch   *nodeWatch // nil while not watching
 
@@ -154,6 +157,7 @@ func New(o Options) *Lock {
 	return &Lock{
 		o: o, log: o.Log.With("component", "lock"),
 		changed:       make(chan struct{}, 1),
+		read:          make(chan struct{}),
 		firstEligible: map[string]time.Time{},
 		alarmed:       map[string]bool{},
 		limits:        o.Limits,
@@ -183,13 +187,25 @@ func (l *Lock) Start(ctx context.Context) error {
 // cluster's node count again (jittered up to twice that).
 const countEvery = 3 * time.Hour
 
-// keepCount reads the node count now and every countEvery to 2·countEvery
-// until ctx ends. A daemon runs for weeks between kernel updates while
-// the cluster may grow; reading the count again when the need comes, or
-// right after the join, put one request per node in the burst of joins
-// that the count is there to spread. 500 nodes reading it four to eight
-// times a day are a few requests a minute.
+// keepCount reads the node count once the own claim is known, and every
+// countEvery to 2·countEvery until ctx ends. A daemon runs for weeks
+// between kernel updates while the cluster may grow; reading the count
+// again when the need comes, or right after the join, put one request per
+// node in the burst of joins that the count is there to spread. 500 nodes
+// reading it four to eight times a day are a few requests a minute. A
+// daemon that starts holding a slot is back after its reboot, its next
+// need days away: it reads the count at the first period's end.
 func (l *Lock) keepCount(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-l.read:
+	}
+	if l.current().state == claim.Holding {
+		if sleep(ctx, l.jitter(countEvery)) != nil {
+			return
+		}
+	}
 	for {
 		l.countNodes(ctx)
 		if sleep(ctx, l.jitter(countEvery)) != nil {

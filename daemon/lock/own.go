@@ -63,6 +63,7 @@ func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
 	l.mu.Lock()
 	l.own = o
 	l.mu.Unlock()
+	l.readOnce.Do(func() { close(l.read) })
 	return o.claim, o.state, err
 }
 

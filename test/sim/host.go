@@ -322,7 +322,7 @@ func (h *Host) startDaemon() {
 	cfg := h.Cfg
 	watch := &steer.Watch{Client: c.Kube, Metadata: c.Meta, Node: h.Name, Log: log.With("component", "steer")}
 	looks := steer.Reader{Client: c.Kube, Node: h.Name, Cached: true, Watch: watch}
-	orders, fresh := daemon.Orders(looks), daemon.Orders(steer.Reader{Client: c.Kube, Node: h.Name})
+	orders, fresh := daemon.Orders(looks), daemon.FreshOrders(steer.Reader{Client: c.Kube, Node: h.Name}, time.Now)
 	l := lock.New(lock.Options{
 		Client: c.Kube, Metadata: c.Meta, Node: h.Name, Limits: cfg.Lock.Limits(),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),

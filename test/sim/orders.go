@@ -148,7 +148,9 @@ func (w *World) checkOrders(r api.Revision, prev *corev1.Node) {
 	switch {
 	case was.State == claim.Waiting && c.State == claim.Entering:
 		step = "announced"
-	case was.State == claim.Holding && was.Phase == claim.PhaseAcquired && c.Phase == claim.PhaseCordoned:
+	case was.State == claim.Holding && was.Phase == claim.PhaseAcquired && (c.Phase == claim.PhaseCordoned || c.Phase == claim.PhaseDraining):
+		// The cordon's write records draining when no drain.delay
+		// comes between.
 		step = "started its cordon"
 	default:
 		return
