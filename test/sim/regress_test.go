@@ -326,15 +326,7 @@ func TestRegressions(t *testing.T) {
 					}
 					// Dead from this request on: nothing more it sends
 					// reaches the API, the Event of the uncordon included.
-					h := w.host(name)
-					h.mu.Lock()
-					inst := h.daemon
-					h.mu.Unlock()
-					if inst != nil {
-						inst.client.Sever()
-					}
-					w.goSafe(func() { h.restartDaemon(2 * time.Second) })
-					return api.ErrSevered
+					return dieAndRestart(w, name)
 				}
 			}
 			return o
@@ -567,15 +559,7 @@ func TestRegressions(t *testing.T) {
 					if name == "" || r.Who != api.NodeIdentity(name) || r.Resource != "nodes" || !r.Write() || !victim.CompareAndSwap(name, "") {
 						return nil
 					}
-					h := w.host(name)
-					h.mu.Lock()
-					inst := h.daemon
-					h.mu.Unlock()
-					if inst != nil {
-						inst.client.Sever()
-					}
-					w.goSafe(func() { h.restartDaemon(2 * time.Second) })
-					return api.ErrSevered
+					return dieAndRestart(w, name)
 				}
 			}
 			return o
@@ -911,6 +895,20 @@ func interposeOnce(w *World, f func(api.Revision, claim.Claim) (edit func(*corev
 		done = fired
 		return edit
 	}
+}
+
+// dieAndRestart kills node's daemon at the request it is making: nothing
+// more it sends reaches the API; a new one starts 2 s later.
+func dieAndRestart(w *World, node string) error {
+	h := w.host(node)
+	h.mu.Lock()
+	inst := h.daemon
+	h.mu.Unlock()
+	if inst != nil {
+		inst.client.Sever()
+	}
+	w.goSafe(func() { h.restartDaemon(2 * time.Second) })
+	return api.ErrSevered
 }
 
 // adminRemovesAfter is the admin answering the UnreadableClaim alarm: the
