@@ -82,8 +82,10 @@ func (s *Streams) add(d int) {
 	s.mu.Unlock()
 }
 
-// Track makes lw's watches count in s from when a watch starts until its
-// stream ends or it is stopped.
+// Track makes lw's watches count in s from when a watch starts until it
+// is stopped. The reflector stops every watch whose stream it stops
+// reading, a stream the server ended included, before it waits out its
+// back-off; a watch-list's stream it keeps reading stays open.
 func (s *Streams) Track(lw *cache.ListWatch) {
 	inner := lw.WatchFuncWithContext
 	lw.WatchFuncWithContext = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
@@ -92,37 +94,18 @@ func (s *Streams) Track(lw *cache.ListWatch) {
 			return nil, err
 		}
 		s.add(1)
-		t := &tracked{inner: w, out: make(chan watch.Event), stop: make(chan struct{})}
-		go t.relay(func() { s.add(-1) })
-		return t, nil
+		return &tracked{Interface: w, end: func() { s.add(-1) }}, nil
 	}
 }
 
-// tracked relays a watch's events and calls end once its stream ended.
+// tracked is a watch that calls end once, when it is first stopped.
 type tracked struct {
-	inner watch.Interface
-	out   chan watch.Event
-	stop  chan struct{}
-	once  sync.Once
-}
-
-func (t *tracked) relay(end func()) {
-	defer close(t.out)
-	defer end() // before the close: the reflector's next watch opens after it
-	for ev := range t.inner.ResultChan() {
-		select {
-		case t.out <- ev:
-		case <-t.stop:
-			return
-		}
-	}
+	watch.Interface
+	end  func()
+	once sync.Once
 }
 
 func (t *tracked) Stop() {
-	t.once.Do(func() {
-		close(t.stop)
-		t.inner.Stop()
-	})
+	t.once.Do(t.end)
+	t.Interface.Stop()
 }
-
-func (t *tracked) ResultChan() <-chan watch.Event { return t.out }

@@ -10,10 +10,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// TestStreams: a watch counts as open from its start until its stream
-// ends (the server closed it) or the reflector stops it; its events are
-// relayed; a stream that ends after its successor opened leaves that one
-// counted.
+// TestStreams: a watch counts as open from its start until it is stopped
+// (the reflector stops every watch it stops reading, one the server ended
+// included); its events pass through; a watch stopped after its
+// successor opened leaves that one counted, and a second Stop counts once.
 func TestStreams(t *testing.T) {
 	var servers []*watch.FakeWatcher
 	lw := &cache.ListWatch{WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
@@ -45,13 +45,13 @@ func TestStreams(t *testing.T) {
 	if _, ok := <-first.ResultChan(); ok {
 		t.Fatal("the first stream still delivers after the server closed it")
 	}
+	first.Stop() // the reflector, done reading it
+	first.Stop()
 	if !s.Open() {
 		t.Error("not open though the second stream is")
 	}
-	second.Stop() // the reflector stops the second
-	for range second.ResultChan() {
-	}
+	second.Stop()
 	if s.Open() {
-		t.Error("open after every stream ended")
+		t.Error("open after every watch was stopped")
 	}
 }
