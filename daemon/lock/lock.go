@@ -93,8 +93,8 @@ type Lock struct {
 	// read is closed once the own claim has been read or written.
 	read     chan struct{}
 	readOnce sync.Once
-	watchMu sync.Mutex
-	watch   *nodeWatch // nil while not watching
+	watchMu  sync.Mutex
+	watch    *nodeWatch // nil while not watching
 
 	mu  sync.Mutex
 	own ownClaim
