@@ -177,7 +177,7 @@ func (d *Daemon) drain(ctx context.Context, log *slog.Logger, c claim.Claim) err
 	} else {
 		took := d.drainTook("ok", began)
 		log.Info("drained", "took", took.Round(time.Millisecond))
-		d.drained = fmt.Sprintf("Drained in %s; r", took.Round(time.Second))
+		d.drained = took.Round(time.Second).String()
 	}
 	if d.Config.Reboot.Delay.Std() <= 0 && c.Acquired != nil {
 		// The next step, decided anew (the claim may have changed
@@ -215,7 +215,12 @@ func (d *Daemon) reboot(ctx context.Context, log *slog.Logger, c claim.Claim, bo
 	d.setStateMetric("rebooting")
 	d.setManagerStatus("holding a reboot slot: rebooting")
 	log.Info("rebooting")
-	d.event(ctx, log, "Normal", ReasonRebooting, fmt.Sprintf("%sebooting (%s; boot %.8s)", cmp.Or(d.drained, "R"), d.rebootMethod(), boot))
+	how := fmt.Sprintf("(%s; boot %.8s)", d.rebootMethod(), boot)
+	if d.drained != "" {
+		d.event(ctx, log, "Normal", ReasonRebooting, "Drained in "+d.drained+"; rebooting "+how)
+	} else {
+		d.event(ctx, log, "Normal", ReasonRebooting, "Rebooting "+how)
+	}
 	d.drained = ""
 	d.message(ctx, notify.Reboot, "")
 	asked := d.Now()

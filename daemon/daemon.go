@@ -137,9 +137,9 @@ type Daemon struct {
 	// holding is the holding claim of this boot as the last step saw it:
 	// a claim that vanishes from under it goes through the lost path.
 	holding *claim.Claim
-	// took and drained say, for the next Event, how long the wait for
-	// the slot and the drain took ("" after a restart in between): the
-	// cordon's Event and the reboot's carry them.
+	// took says, for the cordon's Event, how long the wait for the slot
+	// took; drained, for the reboot's, how long the drain took ("" after
+	// a restart in between).
 	took, drained string
 	// drainedFor is the slot (its claim's Acquired) this process drained
 	// the node for, while no phase records it (cycle.Facts.Drained).

@@ -88,9 +88,9 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	marked()
-	joined := "Joined the queue for a reboot slot (" + limitsText(d.Config.Lock) + ", or stricter limits published by other nodes)"
-	if !d.tellNeeded(ctx, log, ReasonRebootRequired, why+"; j"+joined[1:]) {
-		d.event(ctx, log, "Normal", ReasonWaitingForSlot, joined)
+	queue := "the queue for a reboot slot (" + limitsText(d.Config.Lock) + ", or stricter limits published by other nodes)"
+	if !d.tellNeeded(ctx, log, ReasonRebootRequired, why+"; joined "+queue) {
+		d.event(ctx, log, "Normal", ReasonWaitingForSlot, "Joined "+queue)
 	}
 	d.showQueue(d.Lock.Status())
 	return nil
