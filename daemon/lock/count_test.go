@@ -17,7 +17,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// TestNodeCount: the count that paces the joins is read at start-up and
+// TestNodeCount: the count that paces the joins is read at start-up (in
+// the first Own, before the daemon says it is ready) and
 // again every few hours (a cluster grows while the daemon runs for
 // weeks), and not in the join, where every node of a cluster that learns
 // of an update at once would add it to the burst the count spreads.
@@ -49,9 +50,17 @@ func TestNodeCount(t *testing.T) {
 		if _, _, err := l.Own(ctx); err != nil {
 			t.Fatal(err)
 		}
-		synctest.Wait()
+		// Read by then: the daemon is ready after its first Own, and an
+		// idle daemon makes no request.
 		if c, n := counts(); c != 1 || n != 3 {
 			t.Fatalf("at start-up: %d counts, %d nodes; want 1 count of 3 nodes", c, n)
+		}
+		if _, _, err := l.Own(ctx); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if c, _ := counts(); c != 1 {
+			t.Fatalf("a second Own read the count again (%d counts)", c)
 		}
 
 		if err := l.Join(ctx, marks.Change{}); err != nil {

@@ -90,9 +90,8 @@ type Lock struct {
 	// base is Start's context: the watch lives at most as long.
 	base    context.Context
 	changed chan struct{}
-	// read is closed once the own claim has been read or written.
-	read     chan struct{}
-	readOnce sync.Once
+	// counting starts keepCount at the first Own.
+	counting sync.Once
 	watchMu  sync.Mutex
 	watch    *nodeWatch // nil while not watching
 
@@ -157,7 +156,6 @@ func New(o Options) *Lock {
 	return &Lock{
 		o: o, log: o.Log.With("component", "lock"),
 		changed:       make(chan struct{}, 1),
-		read:          make(chan struct{}),
 		firstEligible: map[string]time.Time{},
 		alarmed:       map[string]bool{},
 		limits:        o.Limits,
@@ -166,20 +164,12 @@ func New(o Options) *Lock {
 	}
 }
 
-// Start prepares the lock to run until ctx ends. It keeps the count of
-// the cluster's nodes that paces a join (paceJoin, keepCount): read when
-// the need comes, the counts of a cluster whose nodes all learn of a
-// kernel update at once were that roll's busiest second (495 in one
-// second at 500 nodes, before any pacing). It does not wait for the
-// first: a daemon that starts in the boot after its reboot still holds
-// its slot, and the count would only delay the release. Otherwise the
-// watches start when this node waits (of its predecessor behind the
-// front, of the front and the active claims in it) and stop when it does
-// not need them, so that a node that needs no reboot costs the API server
-// nothing.
+// Start prepares the lock to run until ctx ends. The watches start when
+// this node waits (of its predecessor behind the front, of the front and
+// the active claims in it) and stop when it does not need them, so that
+// a node that needs no reboot costs the API server nothing.
 func (l *Lock) Start(ctx context.Context) error {
 	l.base = ctx
-	go l.keepCount(ctx)
 	return nil
 }
 
@@ -187,30 +177,33 @@ func (l *Lock) Start(ctx context.Context) error {
 // cluster's node count again (jittered up to twice that).
 const countEvery = 3 * time.Hour
 
-// keepCount reads the node count once the own claim is known, and every
-// countEvery to 2·countEvery until ctx ends. A daemon runs for weeks
-// between kernel updates while the cluster may grow; reading the count
-// again when the need comes, or right after the join, put one request per
-// node in the burst of joins that the count is there to spread. 500 nodes
-// reading it four to eight times a day are a few requests a minute. A
-// daemon that starts holding a slot is back after its reboot, its next
-// need days away: it reads the count at the first period's end.
+// startCount begins keeping the count of the cluster's nodes that paces
+// a join (paceJoin), at the first read of the own claim. Read when the
+// need came, the counts of a cluster whose nodes all learn of a kernel
+// update at once were that roll's busiest second. A daemon that holds no
+// slot counts right away, in its start-up: every request of its start-up
+// is answered before it tells systemd it is ready, and it makes none
+// while idle. One that holds a slot is back after its reboot: the count
+// would only delay its release, and its next need is days away, so it
+// counts at the first period's end.
+func (l *Lock) startCount(ctx context.Context, s claim.State) {
+	l.counting.Do(func() {
+		if s != claim.Holding {
+			l.countNodes(ctx)
+		}
+		if l.base != nil {
+			go l.keepCount(l.base)
+		}
+	})
+}
+
+// keepCount reads the node count again every countEvery to 2·countEvery
+// until ctx ends. A daemon runs for weeks between kernel updates while
+// the cluster may grow; 500 nodes reading it four to eight times a day
+// are a few requests a minute.
 func (l *Lock) keepCount(ctx context.Context) {
-	select {
-	case <-ctx.Done():
-		return
-	case <-l.read:
-	}
-	if l.current().state == claim.Holding {
-		if sleep(ctx, l.jitter(countEvery)) != nil {
-			return
-		}
-	}
-	for {
+	for sleep(ctx, l.jitter(countEvery)) == nil {
 		l.countNodes(ctx)
-		if sleep(ctx, l.jitter(countEvery)) != nil {
-			return
-		}
 	}
 }
 

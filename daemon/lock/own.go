@@ -46,7 +46,9 @@ func (l *Lock) Own(ctx context.Context) (claim.Claim, claim.State, error) {
 	if err != nil {
 		return claim.Claim{}, "", fmt.Errorf("read own node %s: %w", l.o.Node, err)
 	}
-	return l.remember(n)
+	c, s, err := l.remember(n)
+	l.startCount(ctx, s)
+	return c, s, err
 }
 
 func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
@@ -63,7 +65,6 @@ func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
 	l.mu.Lock()
 	l.own = o
 	l.mu.Unlock()
-	l.readOnce.Do(func() { close(l.read) })
 	return o.claim, o.state, err
 }
 

@@ -160,6 +160,10 @@ func idleDaemon(b testing.TB, idle time.Duration) idleResult {
 	b.Logf("start-up requests by verb/resource: %v", startup.Count(func(r cluster.Request) string { return r.Verb + " " + r.Resource + r.Subresource }))
 	if len(idleRequests) > 0 {
 		b.Logf("requests while idle: %v", idleRequests.Count(func(r cluster.Request) string { return r.Verb + " " + r.Resource }))
+		b.Log("every request of this run, received at (from ready):")
+		for _, r := range all.Where(func(r cluster.Request) bool { return !r.Time.Before(began) }) {
+			b.Logf("  %s %s %s", r.Time.Sub(readyAt).Round(time.Microsecond), r.Verb, r.URI)
+		}
 	}
 	b.Logf("idle %s: %d requests, RSS %.1f MiB (peak %.1f MiB), CPU %s, binary %.1f MiB",
 		idle, len(idleRequests), rss/1024, hwm/1024, (cpu1 - cpu0).Round(time.Millisecond), float64(st.Size())/(1<<20))
