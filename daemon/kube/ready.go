@@ -2,10 +2,12 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -13,10 +15,10 @@ import (
 
 // ReadyWatch is one wait for a Node to be Ready in a boot: after a
 // reboot, until the kubelet reports the new boot and Ready. It reads the
-// Node once and then watches it (whole, by name: the Ready condition is
-// in its status), so that the wait costs one request however long it
-// is, and ends when the kubelet's report arrives rather than at the next
-// poll. A watch that ends or fails is replaced by a read and a new watch.
+// Node by watching it (whole, by name: the Ready condition is in its
+// status), so that the wait costs one request however long it is, and
+// ends when the kubelet's report arrives rather than at the next poll.
+// A watch that ends or fails is replaced by a new one.
 //
 // The kubelet reports the boot ID and the Ready condition together, so a
 // Node still showing an older boot carries a Ready condition from before
@@ -53,7 +55,7 @@ func (r *ReadyWatch) Next(ctx context.Context, wait time.Duration) (bool, string
 			}
 		}
 		r.started = true
-		if err := r.read(ctx); err != nil {
+		if err := r.read(ctx, wait); err != nil {
 			return false, "", err
 		}
 	}
@@ -67,18 +69,51 @@ func (r *ReadyWatch) Next(ctx context.Context, wait time.Duration) (bool, string
 	return readyIn(r.last, boot)
 }
 
-// read reads the Node and watches it from there. A watch that cannot be
-// opened is not an error: the next call reads again.
-func (r *ReadyWatch) read(ctx context.Context) error {
-	n, err := r.Client.CoreV1().Nodes().Get(ctx, r.Node, metav1.GetOptions{})
+// read watches the Node from its current state: the watch's first event
+// is the Node as it is now (a watch without a resourceVersion starts at
+// the latest, as a GET reads), so one request both reads and watches. A
+// watch that cannot be opened, or ends before its first event, or sends
+// none within wait (at least firstEvent: there is no such Node), is an
+// error: the next call reads again.
+func (r *ReadyWatch) read(ctx context.Context, wait time.Duration) error {
+	w, err := r.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + r.Node})
 	if err != nil {
 		return fmt.Errorf("read node %s: %w", r.Node, err)
 	}
-	r.saw(n)
-	r.w, _ = r.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{
-		FieldSelector: "metadata.name=" + r.Node, ResourceVersion: n.ResourceVersion,
-	})
+	timer := time.NewTimer(max(wait, firstEvent))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		w.Stop()
+		return context.Cause(ctx)
+	case <-timer.C:
+		w.Stop()
+		return fmt.Errorf("read node %s: no such Node (its watch sent nothing in %s)", r.Node, max(wait, firstEvent))
+	case ev, ok := <-w.ResultChan():
+		n, isNode := ev.Object.(*corev1.Node)
+		if !ok || ev.Type != watch.Added || !isNode {
+			w.Stop()
+			return fmt.Errorf("read node %s: %w", r.Node, firstEventError(ok, ev))
+		}
+		r.saw(n)
+	}
+	r.w = w
 	return nil
+}
+
+// firstEvent is how long, at the least, a watch's first event may take:
+// the API server sends the Node at once when there is one.
+const firstEvent = 2 * time.Second
+
+// firstEventError says why a watch's first event was not the Node.
+func firstEventError(open bool, ev watch.Event) error {
+	if !open {
+		return errors.New("the watch ended before its first event")
+	}
+	if ev.Type == watch.Error {
+		return apierrors.FromObject(ev.Object)
+	}
+	return fmt.Errorf("the watch began with a %s event, not the Node", ev.Type)
 }
 
 // await takes the watch's events until one changes the Node or wait has

@@ -24,10 +24,14 @@ type requestCounter struct {
 	getCMs      atomic.Int64 // GET of the ConfigMap by name
 	getNodes    atomic.Int64 // GET of a Node by name
 	watchesOfCM atomic.Int64 // Lists and watches of ConfigMaps
+	nodes       atomic.Int64 // every request about Nodes
 }
 
 func (c *requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	p := r.URL.Path
+	if strings.Contains(p, "/nodes") {
+		c.nodes.Add(1)
+	}
 	switch {
 	case r.Method == http.MethodGet && strings.HasSuffix(p, "/configmaps/"+steer.Name):
 		c.getCMs.Add(1)

@@ -13,11 +13,12 @@ import (
 	"github.com/kured-host/kured-host/daemon/kube"
 )
 
-// TestReadyWatch: the wait after a reboot reads the Node once, with the
-// node's own credentials, and then learns from its watch: the kubelet's
-// reports (NotReady, Ready again) each end a wait long before its end,
-// and the whole wait costs one GET. A Node that shows another boot is
-// not Ready in this one, whatever its condition says.
+// TestReadyWatch: the wait after a reboot watches the Node, with the
+// node's own credentials, and learns from the watch: its first event is
+// the Node as it is, the kubelet's reports (NotReady, Ready again) each
+// end a wait long before its end, and the whole wait costs one request.
+// A Node that shows another boot is not Ready in this one, whatever its
+// condition says; a Node that is not there is an error, not a hang.
 func TestReadyWatch(t *testing.T) {
 	ctx := testCtx(t)
 	me := newHost(t, ctx, HostOptions{})
@@ -34,7 +35,9 @@ func TestReadyWatch(t *testing.T) {
 		ready, _, err := w.Next(ctx, time.Second)
 		return err == nil && ready
 	})
-	gets := counter.getNodes.Load()
+	if got := counter.nodes.Load(); got != 1 {
+		t.Errorf("%d requests for the first read; want 1 (a watch)", got)
+	}
 
 	const long = time.Minute // a wait that ends before this ended on the report
 	for _, want := range []bool{false, true} {
@@ -58,8 +61,8 @@ func TestReadyWatch(t *testing.T) {
 			t.Errorf("the kubelet's report (Ready=%v) reached the wait after %s: not from the watch", want, took)
 		}
 	}
-	if got := counter.getNodes.Load() - gets; got != 0 {
-		t.Errorf("%d GETs of the Node after the first read; want 0, the watch tells", got)
+	if got := counter.nodes.Load(); got != 1 {
+		t.Errorf("%d requests for the whole wait; want 1, the watch tells", got)
 	}
 
 	// An API server that cannot be reached: the first call fails at
@@ -93,5 +96,11 @@ func TestReadyWatch(t *testing.T) {
 	defer other.Stop()
 	if ready, why, err := other.Next(ctx, 0); err != nil || ready || !strings.Contains(why, "has not reported this boot") {
 		t.Errorf("a Node that shows another boot: ready=%v why=%q err=%v; want not Ready, the boot named", ready, why, err)
+	}
+
+	gone := &kube.ReadyWatch{Client: client, Node: "no-such-node", Boot: func() (string, error) { return me.BootID(), nil }}
+	defer gone.Stop()
+	if _, _, err := gone.Next(ctx, 0); err == nil || !strings.Contains(err.Error(), "no such Node") {
+		t.Errorf("a Node that is not there: err=%v; want it to say there is no such Node", err)
 	}
 }
