@@ -95,7 +95,7 @@ func (d *Daemon) finishAbort(ctx context.Context, log *slog.Logger, c claim.Clai
 			return err
 		}
 	}
-	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.GaveUp(ctx) })
+	d.mark(ctx, log, "reboot given up", Marker.GaveUp)
 	if err := d.Lock.Release(ctx); err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func (d *Daemon) lostPath(ctx context.Context, log *slog.Logger, c claim.Claim, 
 			return err
 		}
 	}
-	d.mark(ctx, log, "reboot given up", func(m Marker) error { return m.GaveUp(ctx) })
+	d.mark(ctx, log, "reboot given up", Marker.GaveUp)
 	_, _, rerr := d.Lock.Own(ctx)
 	if rerr != nil && !errors.Is(rerr, claim.ErrUnparsable) {
 		return rerr

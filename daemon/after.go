@@ -49,7 +49,7 @@ func (d *Daemon) resume(ctx context.Context, log *slog.Logger, c claim.Claim) er
 	if c.Phase != claim.PhaseRebooted || d.uncordonsOnRelease(c) {
 		return nil
 	}
-	if d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) }) {
+	if d.mark(ctx, log, "reboot finished", Marker.Finished) {
 		d.inProgress = markClear
 	}
 	if !d.cordonedByUs(c) {
@@ -81,7 +81,7 @@ func (d *Daemon) release(ctx context.Context, log *slog.Logger, c claim.Claim) e
 	if d.uncordonsOnRelease(c) {
 		var finished marks.Change
 		if d.Marks != nil {
-			finished = d.Marks.FinishedChange()
+			finished = d.Marks.Finished()
 		}
 		if err := d.Lock.ReleaseUncordoned(ctx, finished); err != nil {
 			return err
@@ -90,7 +90,7 @@ func (d *Daemon) release(ctx context.Context, log *slog.Logger, c claim.Claim) e
 			// The claim was removed by someone else first: the write
 			// did not land, the next step undoes the cordon, and the
 			// mark is written apart.
-			if d.mark(ctx, log, "reboot finished", func(m Marker) error { return m.Finished(ctx) }) {
+			if d.mark(ctx, log, "reboot finished", Marker.Finished) {
 				d.inProgress = markClear
 			}
 			return nil

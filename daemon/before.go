@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -102,16 +101,7 @@ func (d *Daemon) startedMarks() (marks.Change, func()) {
 		return marks.Change{}, func() {}
 	}
 	with, done := d.neededMark()
-	started := d.Marks.StartedChange()
-	if len(started.Labels) > 0 {
-		labels := maps.Clone(with.Labels)
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		maps.Copy(labels, started.Labels)
-		with.Labels = labels
-	}
-	return with, done
+	return with.Merge(d.Marks.Started()), done
 }
 
 // startDrain: cordoned. It makes a cordon a restart may have cut short,
@@ -136,7 +126,7 @@ func (d *Daemon) startDrain(ctx context.Context, log *slog.Logger, c claim.Claim
 	// mark is there since the need (idle), unless this daemon started
 	// with a slot and it could not be written then.
 	d.markNeeded(ctx, log, nil)
-	d.mark(ctx, log, "reboot started", func(m Marker) error { return m.Started(ctx) })
+	d.mark(ctx, log, "reboot started", Marker.Started)
 	d.message(ctx, notify.Drain, "")
 	if delay := d.Config.Drain.Delay.Std(); delay > 0 {
 		d.setManagerStatus(fmt.Sprintf("holding a reboot slot: draining in %s", delay))

@@ -66,16 +66,15 @@ var Reasons = []struct{ Reason, Type, When string }{
 
 // Marker sets kured's signals on this node's Node (daemon/marks).
 type Marker interface {
-	// The changes of the marks that ride on a claim write.
-	InProgressChange(at time.Time) marks.Change
-	StartedChange() marks.Change
-	FinishedChange() marks.Change
+	// What each mark changes: written alone (Write), or riding on a
+	// claim write.
+	InProgress(at time.Time) marks.Change
+	Started() marks.Change
+	Finished() marks.Change
+	GaveUp() marks.Change
+	NotNeeded() marks.Change
 
-	InProgress(ctx context.Context, at time.Time) error
-	Started(ctx context.Context) error
-	Finished(ctx context.Context) error
-	GaveUp(ctx context.Context) error
-	NotNeeded(ctx context.Context) error
+	Write(ctx context.Context, c marks.Change) error
 }
 
 // Messenger sends kured's notifications (daemon/notify); it logs its own
@@ -105,11 +104,11 @@ func (d *Daemon) message(ctx context.Context, kind notify.Kind, reason string) {
 // mark writes a node mark; marks are signals for others, so failing to
 // write one is reported and the cycle goes on. It reports whether the
 // mark was written.
-func (d *Daemon) mark(ctx context.Context, log *slog.Logger, what string, write func(Marker) error) bool {
+func (d *Daemon) mark(ctx context.Context, log *slog.Logger, what string, pick func(Marker) marks.Change) bool {
 	if d.Marks == nil {
 		return false
 	}
-	if err := write(d.Marks); err != nil {
+	if err := d.Marks.Write(ctx, pick(d.Marks)); err != nil {
 		if ctx.Err() == nil {
 			log.Warn("cannot mark the node; carrying on", "mark", what, "err", err)
 			d.countError("marks")
@@ -148,7 +147,7 @@ func (d *Daemon) markNeeded(ctx context.Context, log *slog.Logger, blocked []blo
 		slices.ContainsFunc(blocked, func(b block.Blocked) bool { return b.Kind == block.KindWindow }) {
 		return
 	}
-	if d.mark(ctx, log, "reboot in progress", func(m Marker) error { return m.InProgress(ctx, d.Now()) }) {
+	if d.mark(ctx, log, "reboot in progress", func(m Marker) marks.Change { return m.InProgress(d.Now()) }) {
 		d.inProgress = markSet
 	}
 }
@@ -160,7 +159,7 @@ func (d *Daemon) neededMark() (with marks.Change, done func()) {
 	if d.Marks == nil || d.inProgressMark() == markSet {
 		return marks.Change{}, func() {}
 	}
-	return d.Marks.InProgressChange(d.Now()), func() { d.inProgress = markSet }
+	return d.Marks.InProgress(d.Now()), func() { d.inProgress = markSet }
 }
 
 // markNotNeeded takes the in-progress mark back when the need went away
@@ -169,7 +168,7 @@ func (d *Daemon) markNotNeeded(ctx context.Context, log *slog.Logger) {
 	if d.Marks == nil || d.inProgressMark() == markClear {
 		return
 	}
-	if d.mark(ctx, log, "reboot no longer needed", func(m Marker) error { return m.NotNeeded(ctx) }) {
+	if d.mark(ctx, log, "reboot no longer needed", Marker.NotNeeded) {
 		d.inProgress = markClear
 	}
 }

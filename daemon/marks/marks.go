@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,8 +53,9 @@ type Marker struct {
 }
 
 // Change is what a mark changes on the Node: labels to set, annotations
-// to set or (nil) remove. The lock writes one in its claim write when a
-// mark and a claim write come together (lock.Lock.Join, Cordon,
+// to set or (nil) remove. Marker's methods say what each mark changes;
+// Write writes one alone, and the lock writes one in its claim write
+// when a mark and a claim write come together (lock.Lock.Join, Cordon,
 // ReleaseUncordoned): one request for both.
 type Change struct {
 	Labels      map[string]string
@@ -63,8 +65,30 @@ type Change struct {
 // Empty reports whether c changes nothing.
 func (c Change) Empty() bool { return len(c.Labels) == 0 && len(c.Annotations) == 0 }
 
-// InProgressChange is the InProgress mark.
-func (m *Marker) InProgressChange(at time.Time) Change {
+// Merge is c with o's changes added; o's value wins for a key in both.
+func (c Change) Merge(o Change) Change {
+	out := Change{}
+	if len(c.Labels)+len(o.Labels) > 0 {
+		out.Labels = maps.Clone(c.Labels)
+		if out.Labels == nil {
+			out.Labels = map[string]string{}
+		}
+		maps.Copy(out.Labels, o.Labels)
+	}
+	if len(c.Annotations)+len(o.Annotations) > 0 {
+		out.Annotations = maps.Clone(c.Annotations)
+		if out.Annotations == nil {
+			out.Annotations = map[string]*string{}
+		}
+		maps.Copy(out.Annotations, o.Annotations)
+	}
+	return out
+}
+
+// InProgress marks the reboot as in progress and needed since at, as
+// kured does: once per need (the caller knows whether the node has the
+// mark already), in the window, blocked or not.
+func (m *Marker) InProgress(at time.Time) Change {
 	if !m.Annotate {
 		return Change{}
 	}
@@ -72,23 +96,12 @@ func (m *Marker) InProgressChange(at time.Time) Change {
 	return Change{Annotations: map[string]*string{InProgress: &t, MostRecentNeeded: &t}}
 }
 
-// InProgress marks the reboot as in progress and needed since at, as
-// kured does: once per need (the caller knows whether the node has the
-// mark already), in the window, blocked or not.
-func (m *Marker) InProgress(ctx context.Context, at time.Time) error {
-	return m.Write(ctx, m.InProgressChange(at))
-}
-
-// StartedChange is the Started mark.
-func (m *Marker) StartedChange() Change { return Change{Labels: m.Pre} }
-
 // Started sets the pre-reboot labels: the drain starts.
-func (m *Marker) Started(ctx context.Context) error {
-	return m.Write(ctx, m.StartedChange())
-}
+func (m *Marker) Started() Change { return Change{Labels: m.Pre} }
 
-// FinishedChange is the Finished mark.
-func (m *Marker) FinishedChange() Change {
+// Finished marks the reboot as done: after the reboot, before the node is
+// uncordoned.
+func (m *Marker) Finished() Change {
 	c := Change{Labels: m.Post}
 	if m.Annotate {
 		c.Annotations = map[string]*string{InProgress: nil}
@@ -96,29 +109,21 @@ func (m *Marker) FinishedChange() Change {
 	return c
 }
 
-// Finished marks the reboot as done: after the reboot, before the node is
-// uncordoned.
-func (m *Marker) Finished(ctx context.Context) error {
-	return m.Write(ctx, m.FinishedChange())
-}
-
 // GaveUp marks a reboot given up (a failed drain, a lost slot) with the
 // post-reboot labels. The in-progress annotation stays, as kured leaves
 // it: the reboot is still needed.
-func (m *Marker) GaveUp(ctx context.Context) error {
-	return m.Write(ctx, Change{Labels: m.Post})
-}
+func (m *Marker) GaveUp() Change { return Change{Labels: m.Post} }
 
 // NotNeeded takes the in-progress mark back when the need went away
 // without a reboot by kured-host (the sentinel removed, a reboot by
 // hand). kured leaves it until its next reboot; a mark that says "in
 // progress" on a node with nothing to do would mislead the tools that
 // read it.
-func (m *Marker) NotNeeded(ctx context.Context) error {
+func (m *Marker) NotNeeded() Change {
 	if !m.Annotate {
-		return nil
+		return Change{}
 	}
-	return m.Write(ctx, Change{Annotations: map[string]*string{InProgress: nil}})
+	return Change{Annotations: map[string]*string{InProgress: nil}}
 }
 
 // Write merges c into the Node; nothing to change makes no request.

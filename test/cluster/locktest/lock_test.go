@@ -812,7 +812,7 @@ func TestMarksAndReadyFeedTheLock(t *testing.T) {
 			if _, _, err := l.Own(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := m.InProgress(ctx, time.Now()); err != nil {
+			if err := m.Write(ctx, m.InProgress(time.Now())); err != nil {
 				t.Fatal(err)
 			}
 			if err := l.Join(ctx, marks.Change{}); err != nil {
@@ -831,7 +831,7 @@ func TestMarksAndReadyFeedTheLock(t *testing.T) {
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := m.NotNeeded(ctx); err != nil {
+			if err := m.Write(ctx, m.NotNeeded()); err != nil {
 				t.Fatal(err)
 			}
 			if got := conflicts.Load(); got != tc.conflicts {
