@@ -1,6 +1,7 @@
 package cycle
 
 import (
+	"iter"
 	"testing"
 	"time"
 
@@ -78,27 +79,39 @@ func TestNext(t *testing.T) {
 	}
 }
 
-// Every step is reached by some Facts and named: a step added without a
-// rule that reaches it, or a name, fails here.
-func TestEveryStepReachedAndNamed(t *testing.T) {
+// everyFacts yields the Facts of every state (one this daemon does not
+// write included), phase, boot and combination of the flags.
+func everyFacts() iter.Seq[Facts] {
 	took := time.Now()
 	states := []claim.State{"", claim.Waiting, claim.Entering, claim.Holding, "borrowed"}
 	phases := []claim.Phase{claim.PhaseAcquired, claim.PhaseCordoned, claim.PhaseDraining, claim.PhaseDrained,
 		claim.PhaseRebooting, claim.PhaseRebooted, claim.PhaseReleasing, claim.PhaseAborted}
-	reached := map[Step]bool{}
-	for _, s := range states {
-		for _, p := range phases {
-			for _, boot := range []string{"", "b0", "b1"} {
-				for bits := range 32 {
-					f := Facts{State: s, Claim: claim.Claim{Phase: p, BootID: boot, Acquired: &took}, Boot: "b1",
-						Unreadable: bits&1 != 0, CordonMark: bits&2 != 0, NotNeeded: bits&4 != 0, Drained: bits&16 != 0}
-					if bits&8 != 0 {
-						f.Took = &took
+	return func(yield func(Facts) bool) {
+		for _, s := range states {
+			for _, p := range phases {
+				for _, boot := range []string{"", "b0", "b1"} {
+					for bits := range 32 {
+						f := Facts{State: s, Claim: claim.Claim{Phase: p, BootID: boot, Acquired: &took}, Boot: "b1",
+							Unreadable: bits&1 != 0, CordonMark: bits&2 != 0, NotNeeded: bits&4 != 0, Drained: bits&16 != 0}
+						if bits&8 != 0 {
+							f.Took = &took
+						}
+						if !yield(f) {
+							return
+						}
 					}
-					reached[Next(f)] = true
 				}
 			}
 		}
+	}
+}
+
+// Every step is reached by some Facts and named: a step added without a
+// rule that reaches it, or a name, fails here.
+func TestEveryStepReachedAndNamed(t *testing.T) {
+	reached := map[Step]bool{}
+	for f := range everyFacts() {
+		reached[Next(f)] = true
 	}
 	for s := RemoveUnreadable; s <= Resume; s++ {
 		if !reached[s] {
@@ -116,23 +129,10 @@ func TestEveryStepReachedAndNamed(t *testing.T) {
 // BeforeReboot is exactly the steps Next takes on a readable holding
 // claim, still this process's if it took one, in the boot that took it.
 func TestBeforeReboot(t *testing.T) {
-	took := time.Now()
-	phases := []claim.Phase{claim.PhaseAcquired, claim.PhaseCordoned, claim.PhaseDraining, claim.PhaseDrained,
-		claim.PhaseRebooting, claim.PhaseRebooted, claim.PhaseReleasing, claim.PhaseAborted}
-	for _, s := range []claim.State{"", claim.Waiting, claim.Entering, claim.Holding} {
-		for _, p := range phases {
-			for _, boot := range []string{"", "b0", "b1"} {
-				for bits := range 4 {
-					f := Facts{State: s, Claim: claim.Claim{Phase: p, BootID: boot, Acquired: &took}, Boot: "b1", Drained: bits&2 != 0}
-					if bits&1 != 0 {
-						f.Took = &took
-					}
-					want := s == claim.Holding && boot != "b0"
-					if got := Next(f); got.BeforeReboot() != want {
-						t.Errorf("Next(%+v) = %v, BeforeReboot %v, want %v", f, got, got.BeforeReboot(), want)
-					}
-				}
-			}
+	for f := range everyFacts() {
+		want := f.State == claim.Holding && !f.Unreadable && f.Claim.BootID != "b0"
+		if got := Next(f); got.BeforeReboot() != want {
+			t.Errorf("Next(%+v) = %v, BeforeReboot %v, want %v", f, got, got.BeforeReboot(), want)
 		}
 	}
 }
