@@ -2,12 +2,10 @@ package kube
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -41,26 +39,35 @@ type ReadyWatch struct {
 }
 
 // Next reports whether the Node is Ready in this boot, and if not why.
-// The first call reads at once; each later one waits up to wait first:
-// for a change of the Node while the watch runs, else the whole of wait
-// (a read or a watch that failed is not tried again in a loop). Stop
-// ends the watch.
+// The first call opens the watch, whose first event is the Node as it is
+// now (a watch without a resourceVersion starts at the latest, as a GET
+// reads: one request both reads and watches), and waits for that event
+// up to wait (at least firstEvent); each later call waits up to wait for
+// a change. A watch that cannot be opened, or that ended, is opened
+// again after wait, not in a loop. A watch whose events lag is kept:
+// until its first event the Node is reported not read yet. Stop ends
+// the watch.
 func (r *ReadyWatch) Next(ctx context.Context, wait time.Duration) (bool, string, error) {
-	if r.w != nil {
-		r.await(ctx, wait)
-	} else {
+	if r.w == nil {
 		if r.started {
 			if err := sleepCtx(ctx, wait); err != nil {
 				return false, "", err
 			}
 		}
 		r.started = true
-		if err := r.read(ctx, wait); err != nil {
-			return false, "", err
+		w, err := r.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + r.Node})
+		if err != nil {
+			return false, "", fmt.Errorf("watch node %s: %w", r.Node, err)
 		}
+		r.w = w
+		wait = max(wait, firstEvent)
 	}
+	r.await(ctx, wait)
 	if ctx.Err() != nil {
 		return false, "", context.Cause(ctx)
+	}
+	if r.last == nil {
+		return false, "the Node has not been read yet (its watch has sent nothing)", nil
 	}
 	boot, err := r.Boot()
 	if err != nil {
@@ -69,55 +76,13 @@ func (r *ReadyWatch) Next(ctx context.Context, wait time.Duration) (bool, string
 	return readyIn(r.last, boot)
 }
 
-// read watches the Node from its current state: the watch's first event
-// is the Node as it is now (a watch without a resourceVersion starts at
-// the latest, as a GET reads), so one request both reads and watches. A
-// watch that cannot be opened, or ends before its first event, or sends
-// none within wait (at least firstEvent: there is no such Node), is an
-// error: the next call reads again.
-func (r *ReadyWatch) read(ctx context.Context, wait time.Duration) error {
-	w, err := r.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + r.Node})
-	if err != nil {
-		return fmt.Errorf("read node %s: %w", r.Node, err)
-	}
-	timer := time.NewTimer(max(wait, firstEvent))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		w.Stop()
-		return context.Cause(ctx)
-	case <-timer.C:
-		w.Stop()
-		return fmt.Errorf("read node %s: no such Node (its watch sent nothing in %s)", r.Node, max(wait, firstEvent))
-	case ev, ok := <-w.ResultChan():
-		n, isNode := ev.Object.(*corev1.Node)
-		if !ok || ev.Type != watch.Added || !isNode {
-			w.Stop()
-			return fmt.Errorf("read node %s: %w", r.Node, firstEventError(ok, ev))
-		}
-		r.saw(n)
-	}
-	r.w = w
-	return nil
-}
-
-// firstEvent is how long, at the least, a watch's first event may take:
-// the API server sends the Node at once when there is one.
+// firstEvent is how long, at the least, the first call waits for the
+// watch's first event: the API server sends the Node at once when there
+// is one and its watch cache keeps up.
 const firstEvent = 2 * time.Second
 
-// firstEventError says why a watch's first event was not the Node.
-func firstEventError(open bool, ev watch.Event) error {
-	if !open {
-		return errors.New("the watch ended before its first event")
-	}
-	if ev.Type == watch.Error {
-		return apierrors.FromObject(ev.Object)
-	}
-	return fmt.Errorf("the watch began with a %s event, not the Node", ev.Type)
-}
-
 // await takes the watch's events until one changes the Node or wait has
-// passed. A watch that ends is stopped: the next call reads.
+// passed. A watch that ends is stopped: the next call opens another.
 func (r *ReadyWatch) await(ctx context.Context, wait time.Duration) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()

@@ -201,6 +201,9 @@ const (
 	// verify; if they stay this long, their daemons are gone, and they
 	// keep their units, so this one gives way.
 	giveWayAfter = 5 * time.Second
+	// stayLook is how long an entering node that stays waits for a
+	// change before it verifies again.
+	stayLook = 250 * time.Millisecond
 )
 
 // entering is what Acquire remembers between verifies of one announce.
@@ -209,32 +212,62 @@ type entering struct {
 	stayingSince time.Time // since when verify has said stay; zero if not
 }
 
-// enter verifies the entering claim and does what the verdict says.
+// enterMove is what an entering node does after a verify.
+type enterMove int8
+
+const (
+	moveCommit   enterMove = iota // take the slot
+	moveStepBack                  // back to waiting, then wait out Wait
+	moveStay                      // verify again after Wait or a change
+)
+
+// enterAction is an entering node's next move: what, why (for a step
+// back or a stay) and how long to wait after it (before jitter).
+type enterAction struct {
+	Move   enterMove
+	Reason string
+	Wait   time.Duration
+}
+
+// next decides, from a verify's verdict at now, what the entering node
+// does, and what it remembers for the next verify: a step back waits a
+// back-off doubled each time in a row; a stay that lasts giveWayAfter
+// becomes a step back (the claims it waits for are dead).
+func (e entering) next(v claim.Verdict, now time.Time) (entering, enterAction) {
+	switch v.Decision {
+	case claim.Commit:
+		return entering{backoff: minStepBack}, enterAction{Move: moveCommit}
+	case claim.StepBack:
+		return entering{backoff: min(2*e.backoff, maxStepBack)}, enterAction{Move: moveStepBack, Reason: v.Reason, Wait: e.backoff}
+	}
+	if e.stayingSince.IsZero() {
+		e.stayingSince = now
+	}
+	if now.Sub(e.stayingSince) > giveWayAfter {
+		return e, enterAction{Move: moveStepBack, Reason: v.Reason + "; they have not stepped back"}
+	}
+	return e, enterAction{Move: moveStay, Reason: v.Reason, Wait: stayLook}
+}
+
+// enter verifies the entering claim and does what next says.
 func (l *Lock) enter(ctx context.Context, e *entering) error {
 	v, err := l.verify(ctx)
 	if err != nil {
 		return err
 	}
-	switch v.Decision {
-	case claim.Commit:
-		e.backoff = minStepBack
+	var a enterAction
+	*e, a = e.next(v, l.o.Now())
+	switch a.Move {
+	case moveCommit:
 		return l.commit(ctx)
-	case claim.StepBack:
-		if err := l.stepBack(ctx, v.Reason); err != nil {
+	case moveStepBack:
+		if err := l.stepBack(ctx, a.Reason); err != nil || a.Wait == 0 {
 			return err
 		}
-		wait := l.jitter(e.backoff)
-		e.backoff = min(2*e.backoff, maxStepBack)
-		return sleep(ctx, wait)
+		return sleep(ctx, l.jitter(a.Wait))
 	}
-	if e.stayingSince.IsZero() {
-		e.stayingSince = l.o.Now()
-	}
-	if l.o.Now().Sub(e.stayingSince) > giveWayAfter {
-		return l.stepBack(ctx, v.Reason+"; they have not stepped back")
-	}
-	l.setStatus(Status{State: claim.Entering, Position: -1, Reason: v.Reason})
-	return l.waitChange(ctx, l.jitter(250*time.Millisecond))
+	l.setStatus(Status{State: claim.Entering, Position: -1, Reason: a.Reason})
+	return l.waitChange(ctx, l.jitter(a.Wait))
 }
 
 // published is what this node publishes when announcing: the stricter of
