@@ -124,8 +124,18 @@ func (l *Lock) listAt(ctx context.Context, opts metav1.ListOptions, at *string) 
 // tolerance (the stated clock tolerance), a waiting claim marked stopped
 // taken as NotReady; Nodes without a claim are left out.
 func Participants(nodes []*corev1.Node, serverNow time.Time, tolerance time.Duration) []claim.Participant {
-	var none claimCache
-	ps := none.participants(nodes)
+	return new(QueueReader).Participants(nodes, serverNow, tolerance)
+}
+
+// QueueReader reads the queue as Participants does, and keeps each
+// claim's parse for the next read: for a reader of the whole queue again
+// and again (the simulator's checkers). The Participants share their
+// claims' maps and slices between reads: read them only.
+type QueueReader struct{ claims claimCache }
+
+// Participants is Participants, with the parses of the last read kept.
+func (r *QueueReader) Participants(nodes []*corev1.Node, serverNow time.Time, tolerance time.Duration) []claim.Participant {
+	ps := r.claims.participants(nodes)
 	for i, p := range ps {
 		if stopped(p) {
 			p.Ready = false // as the lock reads it: before Plausible

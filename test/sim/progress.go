@@ -3,7 +3,6 @@ package sim
 import (
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/lock"
@@ -35,6 +34,7 @@ func (w *World) watchProgress() {
 	var lastRV uint64
 	var ps []claim.Participant
 	var places map[string]time.Time // node -> its claim's since, from ps
+	var queue lock.QueueReader
 	for sleep(w.ctx, time.Second) == nil {
 		now := time.Now()
 		w.mu.Lock()
@@ -45,13 +45,7 @@ func (w *World) watchProgress() {
 		if rv := w.store.RV(); rv != lastRV || ps == nil {
 			// The queue changes only with a write.
 			lastRV = rv
-			var nodes []*corev1.Node
-			for _, name := range w.store.NodeNames() {
-				if n := w.store.Node(name); n != nil {
-					nodes = append(nodes, n)
-				}
-			}
-			ps = lock.Participants(nodes, now, 5*time.Minute)
+			ps = queue.Participants(w.store.Nodes(), now, 5*time.Minute)
 			places = make(map[string]time.Time, len(ps))
 			for _, p := range ps {
 				places[p.Name] = p.Claim.Since

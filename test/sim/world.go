@@ -515,9 +515,9 @@ func (w *World) onEvict(p *corev1.Pod) {
 			return
 		}
 		var targets []string
-		for _, name := range w.store.NodeNames() {
-			if n := w.store.Node(name); n != nil && !n.Spec.Unschedulable && nodeReady(n) && name != p.Spec.NodeName {
-				targets = append(targets, name)
+		for _, n := range w.store.Nodes() {
+			if !n.Spec.Unschedulable && nodeReady(n) && n.Name != p.Spec.NodeName {
+				targets = append(targets, n.Name)
 			}
 		}
 		if len(targets) > 0 {

@@ -291,6 +291,19 @@ func (s *Store) Node(name string) *corev1.Node {
 	return nil
 }
 
+// Nodes are the Nodes as stored, in name order, not copied: never change
+// them. A write stores a new Node, so each stays as it was read; for a
+// checker that reads the whole cluster every second.
+func (s *Store) Nodes() []*corev1.Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*corev1.Node, 0, len(s.nodes))
+	for _, name := range slices.Sorted(maps.Keys(s.nodes)) {
+		out = append(out, s.nodes[name])
+	}
+	return out
+}
+
 // NodeNames lists the Nodes.
 func (s *Store) NodeNames() []string {
 	s.mu.Lock()
