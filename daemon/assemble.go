@@ -136,6 +136,7 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 		ServerNow: c.ServerNow, ClockTolerance: tolerance, BootID: s.Root.BootID, Log: log,
 		Alarms:      &alarm.Report{Events: &events.Recorder{Client: c.Kube, Host: node}, Metrics: m, Log: log},
 		MayAnnounce: MayAnnounce(fresh),
+		OwnWatched:  watch.OwnNode,
 	})
 	messages := notify.New(cfg.Notify, node, log)
 	if messages != nil {

@@ -263,11 +263,28 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 		if !r.after(pred.Name, why == resyncDue) {
 			continue
 		}
-		// The own claim as it is: an admin may have removed it.
-		if _, _, err := l.Own(ctx); err != nil {
+		if err := l.recheckOwn(ctx); err != nil {
 			return false, err
 		}
 	}
+}
+
+// recheckOwn reads the own claim again at a resync (an admin may have
+// removed or changed it), unless the live watch of the own Node shows it
+// as this daemon knows it: nodes far back resync several times a wait,
+// and a GET for each was most of what a long queue's waiting cost.
+func (l *Lock) recheckOwn(ctx context.Context) error {
+	if l.o.OwnWatched != nil {
+		if m, ok := l.o.OwnWatched(); ok {
+			cur := l.current()
+			if m.GetUID() == cur.uid && m.GetLabels()[claim.Label] == string(cur.state) &&
+				m.GetAnnotations()[claim.Annotation] == cur.annotations[claim.Annotation] {
+				return nil
+			}
+		}
+	}
+	_, _, err := l.Own(ctx)
+	return err
 }
 
 // resyncs is follow's back-off: each resync that finds the same

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
@@ -80,6 +81,11 @@ type Options struct {
 	// operator's pause or hold, read fresh); an error keeps the claim
 	// waiting and Acquire returns it, wrapped in ErrRefused.
 	MayAnnounce func(context.Context) error
+	// OwnWatched, if set, is this node's own Node's metadata as a live
+	// watch has it (ok false while the watch is not live): a resync
+	// while following reads the own claim only when the watch shows it
+	// changed, or cannot tell.
+	OwnWatched func() (metav1.Object, bool)
 }
 
 // Lock is one node's side of the slot lock.

@@ -160,6 +160,10 @@ func (w *Watch) nodeMeta() (metav1.Object, bool) {
 	return m, true
 }
 
+// OwnNode is this node's metadata as the live watch has it, and whether
+// the watch is live (lock.Options.OwnWatched).
+func (w *Watch) OwnNode() (metav1.Object, bool) { return w.nodeMeta() }
+
 func (w *Watch) configMapListWatch() *cache.ListWatch {
 	cms := w.Client.CoreV1().ConfigMaps(Namespace)
 	return kube.Narrowed(kube.ByName(Name), func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {

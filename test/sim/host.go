@@ -330,6 +330,7 @@ func (h *Host) startDaemon() {
 		Now: h.now, ServerNow: time.Now, BootID: h.BootID, Log: log,
 		Rand:        rand.New(rand.NewPCG(h.w.rngUint(), h.w.rngUint())),
 		MayAnnounce: daemon.MayAnnounce(fresh),
+		OwnWatched:  watch.OwnNode,
 	})
 	d := &daemon.Daemon{
 		Config: cfg, Log: log, Manager: noNotify{}, Lock: l, Sentinel: h,

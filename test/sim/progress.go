@@ -3,7 +3,6 @@ package sim
 import (
 	"time"
 
-
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/lock"
 )
