@@ -162,7 +162,7 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 		// The settings are read once per join, through the API server's
 		// cache as before: a daemon just started read them from its
 		// watch older than that cache, once, in CI (TestClusterSettings).
-		Settings:    looks, // from the orders' watch: the same ConfigMap
+		Settings:    steer.Reader{Client: c.Kube, Node: node, Cached: true},
 		OrdersWatch: watch,
 		FreshOrders: fresh,
 		Reload:      s.Reload,

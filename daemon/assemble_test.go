@@ -97,11 +97,10 @@ urls = ["generic://127.0.0.1:9/hook?disabletls=yes"]
 			if p := d.Blockers[3].(*block.Pods); len(p.Selectors) != 1 || p.Selectors[0].String() != "app=db" || p.Node != "node-1" {
 				t.Errorf("pod blocker %+v", p)
 			}
-			// The looks and the settings read the ConfigMap from the
-			// watch; the last look, before the cordon, reads the orders
-			// fresh and keeps the others.
-			if p := d.Blockers[0].(steer.Paused); p.Reader.Watch == nil || p.Reader.Watch != d.OrdersWatch || d.Settings.(steer.Reader).Watch != d.OrdersWatch {
-				t.Errorf("the looks' orders %+v and settings %+v; want both read from the watch %p", p.Reader, d.Settings, d.OrdersWatch)
+			// The looks read the orders from the watch; the last one,
+			// before the cordon, reads them fresh and keeps the others.
+			if p := d.Blockers[0].(steer.Paused); p.Reader.Watch == nil || p.Reader.Watch != d.OrdersWatch || d.Settings.(steer.Reader).Watch != nil {
+				t.Errorf("the looks' orders %+v (want them read from the watch %p) and settings %+v (want them read from the API server's cache)", p.Reader, d.OrdersWatch, d.Settings)
 			}
 			last := d.lastLook()
 			if got, want := blockerTypes(last), "*block.Recent *block.Recent *block.Window *block.Pods *block.Alerts *block.Inhibitors"; got != want {

@@ -354,7 +354,7 @@ func (h *Host) startDaemon() {
 		Blockers: h.blockers(orders, cfg),
 		// The cluster's settings, over this host's configuration: the
 		// simulated hosts have no files, so every setting applies.
-		Settings:    looks,
+		Settings:    steer.Reader{Client: c.Kube, Node: h.Name, Cached: true},
 		OrdersWatch: watch,
 		FreshOrders: fresh,
 		Reload: func(cluster string) (config.Config, error) {
