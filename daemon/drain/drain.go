@@ -57,7 +57,8 @@ type Drainer struct {
 	// Confirm, if set, is asked before each eviction, the drain library's
 	// retries included: an eviction is a disruptive step, and the slot
 	// must still be this node's (a consistent read of its claim). An
-	// error stops the drain.
+	// error stops the drain. Evictions asked for together share one
+	// Confirm that began after each of them asked (shared).
 	Confirm func(ctx context.Context) error
 }
 
@@ -173,7 +174,7 @@ func (d *Drainer) Drain(ctx context.Context) error {
 	}
 	client := d.Client
 	if d.Confirm != nil {
-		client = confirmed{Interface: client, confirm: d.Confirm}
+		client = confirmed{Interface: client, confirm: (&shared{confirm: d.Confirm}).do}
 	}
 	// The library's own time-out is checked only between its retries, a
 	// RetryDelay apart: this one ends the drain on time, and cancels what
