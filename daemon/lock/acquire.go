@@ -43,7 +43,12 @@ func (l *Lock) Join(ctx context.Context, with marks.Change) error {
 			// rule), while the kubelet and the controllers change it
 			// (status reports, taints). On the old version the write would
 			// be refused and cost a read and a second write; the zone
-			// labels the claim records are read fresh too.
+			// labels the claim records are read fresh too. The live
+			// watch of the Node has them without a request; a watch a
+			// moment late costs that read and write, no more.
+			if l.rebaseOnWatch() {
+				continue
+			}
 			if _, _, err := l.Own(ctx); err != nil && !errors.Is(err, claim.ErrUnparsable) {
 				return err
 			}

@@ -89,6 +89,30 @@ func (l *Lock) Observe(n *corev1.Node) {
 	_, _, _ = l.remember(n)
 }
 
+// rebaseOnWatch takes the own Node as the live watch has it
+// (Options.OwnWatched) as the base of the next conditional write, when
+// the watch is live and the Node is the one last read: its version,
+// labels and annotations. The cordon (spec) is not in the watch's
+// metadata: the one last read is kept, and the next write's answer, a
+// whole Node, brings it up to date. It reports whether it did.
+func (l *Lock) rebaseOnWatch() bool {
+	if l.o.OwnWatched == nil {
+		return false
+	}
+	m, ok := l.o.OwnWatched()
+	cur := l.current()
+	if !ok || m.GetUID() != cur.uid || cur.uid == "" {
+		return false
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		UID: m.GetUID(), ResourceVersion: m.GetResourceVersion(),
+		Labels: maps.Clone(m.GetLabels()), Annotations: maps.Clone(m.GetAnnotations()),
+	}}
+	n.Spec.Unschedulable = cur.unschedulable
+	_, _, _ = l.remember(n)
+	return true
+}
+
 // Known returns the claim as this daemon last read or wrote it, without a
 // request.
 func (l *Lock) Known() (claim.Claim, claim.State) {
