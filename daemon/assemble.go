@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -129,13 +130,15 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 	watch := &steer.Watch{Client: c.Kube, Metadata: c.Metadata, Node: node, Log: log.With("component", "steer")}
 	looks := steer.Reader{Client: c.Kube, Node: node, Cached: true, Watch: watch}
 	orders, fresh := Orders(looks), FreshOrders(steer.Reader{Client: c.Kube, Node: node}, time.Now)
+	announce := WithFresh(orders, fresh)
 	l := lock.New(lock.Options{
 		Client: c.Kube, Metadata: c.Metadata, Node: node, Limits: cfg.Lock.Limits(),
 		WaitingGrace: cfg.Lock.WaitingGrace.Std(), TTL: cfg.Lock.TTL.Std(),
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		ServerNow: c.ServerNow, ClockTolerance: tolerance, BootID: s.Root.BootID, Log: log,
 		Alarms:      &alarm.Report{Events: &events.Recorder{Client: c.Kube, Host: node}, Metrics: m, Log: log},
-		MayAnnounce: MayAnnounce(fresh),
+		MayAnnounce: MayAnnounce(announce),
+		Held:        steer.HoldIn,
 		OwnWatched:  watch.OwnNode,
 	})
 	messages := notify.New(cfg.Notify, node, log)
@@ -211,14 +214,13 @@ func sentinelFor(c config.SentinelConfig, root host.Root) sentinel.Checker {
 }
 
 // Orders are an operator's orders from kubectl, as blockers: the
-// cluster's pause and this node's hold (daemon/steer), as r reads them:
-// from a watch or the API server's watch cache for the looks of the
-// cycle; fresh for the look right before an announce (MayAnnounce).
+// cluster's pause and this node's hold (daemon/steer), as r reads them,
+// from a watch or the API server's watch cache.
 func Orders(r steer.Reader) []block.Blocker {
 	return []block.Blocker{steer.Paused{Reader: r}, steer.Held{Reader: r}}
 }
 
-// freshFor is how long a fresh read of the orders answers the next look:
+// freshFor is how long a fresh read of the pause answers the next look:
 // the look right before the cordon follows the one right before the
 // announce by the announce, the verify and the commit, a few round trips;
 // a pause set since is obeyed from its second second (docs/claims.md).
@@ -226,17 +228,32 @@ const freshFor = time.Second
 
 // FreshOrders are the orders read fresh (not from a watch or a cache), for
 // the looks right before the announce and right before the cordon; a read
-// answers both when they come within freshFor of each other.
+// answers both when they come within freshFor of each other. Only the
+// pause: the hold is a label on the Node the commit is conditional on,
+// which the lock checks itself (lock.Options.Held, steer.HoldIn).
 func FreshOrders(r steer.Reader, now func() time.Time) []block.Blocker {
-	var out []block.Blocker
-	for _, b := range Orders(r) {
-		out = append(out, &block.Recent{Blocker: b, For: freshFor, Now: now})
+	return []block.Blocker{&block.Recent{Blocker: steer.Paused{Reader: r}, For: freshFor, Now: now}}
+}
+
+// WithFresh is blockers with the fresh ones in place of those of their
+// kinds.
+func WithFresh(blockers, fresh []block.Blocker) []block.Blocker {
+	kinds := map[string]bool{}
+	for _, b := range fresh {
+		kinds[b.Kind()] = true
+	}
+	out := slices.Clone(fresh)
+	for _, b := range blockers {
+		if !kinds[b.Kind()] {
+			out = append(out, b)
+		}
 	}
 	return out
 }
 
-// MayAnnounce asks the orders right before the lock announces: a pause or
-// a hold set since the last look stops the node before it takes a slot.
+// MayAnnounce asks the orders right before the lock announces: a pause
+// (fresh) or a hold (from the watch) set since the last look stops the
+// node before it announces.
 func MayAnnounce(orders []block.Blocker) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if b := block.Check(ctx, orders); len(b) > 0 {

@@ -98,20 +98,21 @@ urls = ["generic://127.0.0.1:9/hook?disabletls=yes"]
 				t.Errorf("pod blocker %+v", p)
 			}
 			// The looks read the orders from the watch; the last one,
-			// before the cordon, reads them fresh and keeps the others.
+			// before the cordon, reads the pause fresh and keeps the
+			// others (the lock checks the hold on the commit's own base).
 			if p := d.Blockers[0].(steer.Paused); p.Reader.Watch == nil || p.Reader.Watch != d.OrdersWatch || d.Settings.(steer.Reader).Watch != nil {
 				t.Errorf("the looks' orders %+v (want them read from the watch %p) and settings %+v (want them read from the API server's cache)", p.Reader, d.OrdersWatch, d.Settings)
 			}
 			last := d.lastLook()
-			if got, want := blockerTypes(last), "*block.Recent *block.Recent *block.Window *block.Pods *block.Alerts *block.Inhibitors"; got != want {
+			if got, want := blockerTypes(last), "*block.Recent steer.Held *block.Window *block.Pods *block.Alerts *block.Inhibitors"; got != want {
 				t.Errorf("the last look's blockers %s, want %s", got, want)
 			}
 			// Fresh, and a read right before the announce answers it.
 			if r := last[0].(*block.Recent); r.Blocker.(steer.Paused).Reader.Watch != nil || r.Blocker.(steer.Paused).Reader.Cached || r.For != freshFor {
 				t.Errorf("the last look reads the pause as %+v, want fresh", r)
 			}
-			if r := last[1].(*block.Recent); r.Blocker.(steer.Held).Reader.Watch != nil || r.Blocker.(steer.Held).Reader.Cached || r.For != freshFor {
-				t.Errorf("the last look reads the hold as %+v, want fresh", r)
+			if h := last[1].(steer.Held); h.Reader.Watch != d.OrdersWatch {
+				t.Errorf("the last look reads the hold as %+v, want it from the watch %p", h.Reader, d.OrdersWatch)
 			}
 			if r, ok := d.Rebooter.(host.CommandRebooter); !ok || !reflect.DeepEqual(r.Argv, []string{"/sbin/reboot", "now"}) || r.Timeout != 5*time.Minute {
 				t.Errorf("rebooter %#v", d.Rebooter)

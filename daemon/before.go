@@ -6,9 +6,9 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,8 +16,10 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/drain"
+	"github.com/kured-host/kured-host/daemon/lock"
 	"github.com/kured-host/kured-host/daemon/marks"
 	"github.com/kured-host/kured-host/daemon/notify"
+	"github.com/kured-host/kured-host/daemon/steer"
 )
 
 // lastLook is the blockers as the look before the cordon asks them: the
@@ -27,17 +29,7 @@ func (d *Daemon) lastLook() []block.Blocker {
 	if len(d.FreshOrders) == 0 {
 		return d.Blockers
 	}
-	fresh := map[string]bool{}
-	for _, b := range d.FreshOrders {
-		fresh[b.Kind()] = true
-	}
-	out := slices.Clone(d.FreshOrders)
-	for _, b := range d.Blockers {
-		if !fresh[b.Kind()] {
-			out = append(out, b)
-		}
-	}
-	return out
+	return WithFresh(d.Blockers, d.FreshOrders)
 }
 
 // cordon: the slot was just taken. The blockers are checked again right
@@ -54,18 +46,7 @@ func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) er
 	d.notePaused(ctx, log, blocked)
 	if len(blocked) > 0 {
 		d.reportBlocked(ctx, log, blocked)
-		log.Info("blocked after taking the slot; giving it back", "blocked_by", block.Summary(blocked))
-		// Recorded as an abort first: a slot released in the boot it
-		// was taken in is an abort, whoever reads the claim's history.
-		if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseAborted }); err != nil {
-			return d.lost(ctx, log, c, err)
-		}
-		if err := d.Lock.Release(ctx); err != nil {
-			return err
-		}
-		d.holding = nil
-		d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back before cordoning: blocked by "+block.Summary(blocked))
-		return nil
+		return d.giveBack(ctx, log, c, block.Summary(blocked))
 	}
 	d.setManagerStatus("holding a reboot slot: cordoning")
 	phase, with, marked := claim.PhaseCordoned, marks.Change{}, func() {}
@@ -74,6 +55,13 @@ func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) er
 		with, marked = d.startedMarks()
 	}
 	was, err := d.Lock.Cordon(ctx, phase, with)
+	if no := (lock.Refusal{}); errors.As(err, &no) {
+		// Held on the version the cordon was to be written on: set
+		// since the last look, which read the watch.
+		held := []block.Blocked{{Kind: steer.KindHeld, Reason: no.Error()}}
+		d.reportBlocked(ctx, log, held)
+		return d.giveBack(ctx, log, c, block.Summary(held))
+	}
 	if err != nil {
 		return d.lost(ctx, log, c, err)
 	}
@@ -89,6 +77,23 @@ func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) er
 	if phase == claim.PhaseDraining {
 		d.message(ctx, notify.Drain, "")
 	}
+	return nil
+}
+
+// giveBack gives the slot just taken back, before the cordon: blocked
+// says by what.
+func (d *Daemon) giveBack(ctx context.Context, log *slog.Logger, c claim.Claim, blocked string) error {
+	log.Info("blocked after taking the slot; giving it back", "blocked_by", blocked)
+	// Recorded as an abort first: a slot released in the boot it was
+	// taken in is an abort, whoever reads the claim's history.
+	if _, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseAborted }); err != nil {
+		return d.lost(ctx, log, c, err)
+	}
+	if err := d.Lock.Release(ctx); err != nil {
+		return err
+	}
+	d.holding = nil
+	d.event(ctx, log, "Normal", ReasonSlotReleased, "Gave the reboot slot back before cordoning: blocked by "+blocked)
 	return nil
 }
 

@@ -254,9 +254,31 @@ func (e entering) next(v claim.Verdict, now time.Time) (entering, enterAction) {
 	return e, enterAction{Move: moveStay, Reason: v.Reason, Wait: stayLook}
 }
 
-// enter verifies the entering claim and does what next says.
+// Refusal is Options.Held's no: before the commit (from verify) or the
+// cordon. It is ErrRefused (errors.Is) and says why.
+type Refusal struct{ Err error }
+
+func (r Refusal) Error() string { return r.Err.Error() }
+
+// Is makes a Refusal an ErrRefused.
+func (r Refusal) Is(target error) bool { return target == ErrRefused }
+
+func (r Refusal) Unwrap() error { return r.Err }
+
+// enter verifies the entering claim and does what next says; a commit
+// Held refuses steps back and returns ErrRefused.
 func (l *Lock) enter(ctx context.Context, e *entering) error {
 	v, err := l.verify(ctx)
+	var no Refusal
+	if errors.As(err, &no) {
+		if err := l.stepBack(ctx, no.Error()); err != nil {
+			return err
+		}
+		l.mu.Lock()
+		l.status.State, l.status.Reason = claim.Waiting, no.Error()
+		l.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrRefused, no.Err)
+	}
 	if err != nil {
 		return err
 	}
@@ -381,6 +403,11 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	l.mu.Lock()
 	l.own.rv = self.ResourceVersion
 	l.mu.Unlock()
+	if l.o.Held != nil {
+		if err := l.o.Held(self); err != nil {
+			return claim.Verdict{}, Refusal{err}
+		}
+	}
 	ps := l.distrust(l.applyReadiness(l.bindingClaims.participants(nodes)))
 	var me claim.Participant
 	for _, p := range ps {

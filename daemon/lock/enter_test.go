@@ -1,10 +1,19 @@
 package lock
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/marks"
 )
 
 // TestEnteringNext: every transition of an entering node after a verify.
@@ -41,6 +50,97 @@ func TestEnteringNext(t *testing.T) {
 			got, action := tt.e.next(tt.v, tt.now)
 			if got != tt.want || action != tt.action {
 				t.Errorf("next(%+v) = %+v, %+v; want %+v, %+v", tt.v, got, action, tt.want, tt.action)
+			}
+		})
+	}
+}
+
+// TestHoldAtCommit: an entering node whose own Node, as the verify reads
+// it, carries the operator's hold label steps back to waiting, in its
+// place, and Acquire says it was refused; without the label it commits.
+func TestHoldAtCommit(t *testing.T) {
+	server := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	own := claim.Limits{Concurrency: 1}
+	for _, tc := range []struct {
+		name string
+		hold map[string]string // labels an operator set
+		want claim.State
+	}{
+		{"not held", nil, claim.Holding},
+		{"held", map[string]string{"example.com/hold": "change 42"}, claim.Waiting},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mine := claimedNode(t, "me", "zone-a", claim.Claim{State: claim.Entering, Since: server.Add(-time.Minute),
+				Updated: server, Limits: own, Groups: map[string]string{}})
+			maps.Copy(mine.Labels, tc.hold)
+			l := New(Options{
+				Client: fake.NewClientset(mine), Node: "me", Limits: own,
+				Now: func() time.Time { return server }, BootID: func() (string, error) { return "boot-1", nil },
+				Held: func(n metav1.Object) error {
+					if v, ok := n.GetLabels()["example.com/hold"]; ok {
+						return errors.New("held: " + v)
+					}
+					return nil
+				},
+			})
+			ctx := context.Background()
+			if _, _, err := l.Own(ctx); err != nil {
+				t.Fatal(err)
+			}
+			_, err := l.Acquire(ctx)
+			if held := tc.want == claim.Waiting; held != errors.Is(err, ErrRefused) || (!held && err != nil) {
+				t.Fatalf("Acquire: %v, want refused: %v", err, held)
+			}
+			c, st := l.Known()
+			if st != tc.want {
+				t.Fatalf("claim %q after Acquire, want %q", st, tc.want)
+			}
+			if !c.Since.Equal(server.Add(-time.Minute)) {
+				t.Errorf("the claim's place moved: since %s", c.Since)
+			}
+			if st == claim.Waiting && !strings.Contains(l.Status().Reason, "held: change 42") {
+				t.Errorf("status reason %q does not say why", l.Status().Reason)
+			}
+		})
+	}
+}
+
+// TestHoldAtCordon: a holder whose own Node, as the cordon's write would
+// be conditional on it, carries the hold label makes no cordon and says
+// it was refused; without the label the same write cordons.
+func TestHoldAtCordon(t *testing.T) {
+	server := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprint("held ", held), func(t *testing.T) {
+			mine := claimedNode(t, "me", "zone-a", claim.Claim{State: claim.Holding, Since: server.Add(-time.Minute),
+				Updated: server, Acquired: &server, BootID: "boot-1", Phase: claim.PhaseAcquired, Limits: claim.Limits{Concurrency: 1}})
+			if held {
+				mine.Labels["example.com/hold"] = "true"
+			}
+			client := fake.NewClientset(mine)
+			l := New(Options{
+				Client: client, Node: "me", Limits: claim.Limits{Concurrency: 1}, Now: func() time.Time { return server },
+				Held: func(n metav1.Object) error {
+					if _, ok := n.GetLabels()["example.com/hold"]; ok {
+						return errors.New("held")
+					}
+					return nil
+				},
+			})
+			ctx := context.Background()
+			if _, _, err := l.Own(ctx); err != nil {
+				t.Fatal(err)
+			}
+			_, err := l.Cordon(ctx, claim.PhaseCordoned, marks.Change{})
+			if held != errors.Is(err, ErrRefused) || (!held && err != nil) {
+				t.Fatalf("Cordon: %v, want refused: %v", err, held)
+			}
+			n, err := client.CoreV1().Nodes().Get(ctx, "me", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.Spec.Unschedulable == held {
+				t.Errorf("unschedulable %v with the node held %v", n.Spec.Unschedulable, held)
 			}
 		})
 	}

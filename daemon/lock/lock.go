@@ -33,8 +33,9 @@ var (
 	// ErrUnreadable means the own claim cannot be read and says it holds
 	// a slot: the daemon neither rewrites nor removes it.
 	ErrUnreadable = errors.New("own claim cannot be read and says it holds a slot")
-	// ErrRefused means Options.MayAnnounce said no: the claim is still
-	// waiting, in its place.
+	// ErrRefused means Options.MayAnnounce or Options.Held said no:
+	// the claim is waiting, in its place, or (from Cordon) holding,
+	// with no cordon made.
 	ErrRefused = errors.New("may not announce now")
 )
 
@@ -81,6 +82,15 @@ type Options struct {
 	// operator's pause or hold, read fresh); an error keeps the claim
 	// waiting and Acquire returns it, wrapped in ErrRefused.
 	MayAnnounce func(context.Context) error
+	// Held, if set, says whether the own Node, as read, is held by an
+	// operator (a label): it is asked of the version the commit is
+	// conditional on (from the verify's read) and of the one the cordon
+	// is, so that a hold set before either read is always obeyed and one
+	// set after it makes the write fail and be read again. An error
+	// before the commit steps the claim back to waiting, in its place,
+	// and one before the cordon makes Cordon fail; both wrapped in
+	// ErrRefused.
+	Held func(own metav1.Object) error
 	// OwnWatched, if set, is this node's own Node's metadata as a live
 	// watch has it (ok false while the watch is not live): a resync
 	// while following reads the own claim only when the watch shows it

@@ -293,7 +293,8 @@ func (l *Lock) Update(ctx context.Context, change func(*claim.Claim)) (claim.Cla
 // write, so no restart can come between the record and the cordon, and
 // its success confirms the claim as a consistent GET before it would; the
 // marks with it go in the same write. It reports whether the node was
-// unschedulable already, or ErrLost.
+// unschedulable already, or ErrLost, or ErrRefused if that version of
+// the Node is held (Options.Held): no cordon is made.
 func (l *Lock) Cordon(ctx context.Context, phase claim.Phase, with marks.Change) (was bool, err error) {
 	for {
 		cur := l.current()
@@ -304,6 +305,14 @@ func (l *Lock) Cordon(ctx context.Context, phase claim.Phase, with marks.Change)
 			// A write whose reply was lost, read again: it landed, and
 			// the Node is unschedulable by its cordon now.
 			return cur.claim.WasUnschedulable, nil
+		}
+		if l.o.Held != nil {
+			// The write is conditional on this version: a hold on it
+			// is obeyed, one set since makes the write fail.
+			own := &metav1.ObjectMeta{Name: l.o.Node, Labels: cur.labels, Annotations: cur.annotations}
+			if err := l.o.Held(own); err != nil {
+				return false, Refusal{err}
+			}
 		}
 		c, was := cur.claim, cur.unschedulable
 		c.Phase, c.WasUnschedulable, c.Cordoned = phase, was, !was

@@ -9,6 +9,7 @@ package steer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -230,7 +231,23 @@ func (h Held) Check(ctx context.Context) (string, error) {
 	if err != nil || !held {
 		return "", err
 	}
-	return "this node is held: " + o.String() + " (kured-host unhold " + h.Reader.Node + ")", nil
+	return heldMessage(o, h.Reader.Node), nil
+}
+
+func heldMessage(o Order, node string) string {
+	return "this node is held: " + o.String() + " (kured-host unhold " + node + ")"
+}
+
+// HoldIn says, as Held does, whether the Node n is held by its own labels
+// and annotations as read: the lock asks it of the Node its commit is
+// conditional on (lock.Options.Held), so that a hold set before that
+// read is always obeyed, and one set after it refuses the commit.
+func HoldIn(n metav1.Object) error {
+	o, held := HoldOf(n)
+	if !held {
+		return nil
+	}
+	return errors.New(heldMessage(o, n.GetName()))
 }
 
 // OnlyPaused reports whether the pause is all that blocks: the node then

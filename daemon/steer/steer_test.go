@@ -77,6 +77,11 @@ func TestHoldOf(t *testing.T) {
 			if held && o.String() != tt.want {
 				t.Errorf("String() = %q, want %q", o.String(), tt.want)
 			}
+			// The lock's check at the commit says the same of the Node.
+			err := HoldIn(&metav1.ObjectMeta{Name: "n1", Labels: tt.labels, Annotations: tt.annotations})
+			if (err != nil) != held || held && err.Error() != "this node is held: "+tt.want+" (kured-host unhold n1)" {
+				t.Errorf("HoldIn: %v, want held %v", err, held)
+			}
 		})
 	}
 }

@@ -29,18 +29,12 @@ type orders struct {
 // between.
 const ordersLag = time.Second
 
-// forbids reports what in force since more than ordersLag forbids node
-// to take a step now: "paused", "held" or "".
-func (o *orders) forbids(node string, now time.Time) string {
+// paused reports whether the cluster is paused since more than ordersLag
+// at now.
+func (o *orders) paused(now time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	switch {
-	case !o.pausedSince.IsZero() && now.Sub(o.pausedSince) > ordersLag:
-		return "paused"
-	case !o.heldSince[node].IsZero() && now.Sub(o.heldSince[node]) > ordersLag:
-		return "held"
-	}
-	return ""
+	return !o.pausedSince.IsZero() && now.Sub(o.pausedSince) > ordersLag
 }
 
 // excused reports whether a waiting node may be idle at now: paused or
@@ -116,6 +110,11 @@ func (w *World) hold(h *Host, d time.Duration) {
 	w.orders.heldSince[h.Name] = time.Now()
 	w.orders.mu.Unlock()
 	w.tracef(h.Name, "the operator holds it for %s", d.Round(time.Second))
+	w.liftHoldAfter(h, d)
+}
+
+// liftHoldAfter lifts h's hold after d.
+func (w *World) liftHoldAfter(h *Host, d time.Duration) {
 	if sleep(w.ctx, d) != nil {
 		return
 	}
@@ -131,9 +130,14 @@ func (w *World) hold(h *Host, d time.Duration) {
 	w.tracef(h.Name, "the operator lifts its hold")
 }
 
-// checkOrders: no node announces, or starts its cordon, while the
-// cluster is paused or it is held (past ordersLag). It runs inside the
-// store's critical section: it must not call the store.
+// checkOrders: no node announces or starts its cordon while the cluster
+// is paused (past ordersLag), and none takes a slot or starts its cordon
+// on a version of its Node that carries the hold label: those writes are
+// conditional on that version, which the lock checks (lock.Options.Held),
+// so there is no lag to allow. An announce while held is allowed: the
+// looks before it read the hold from a watch, which may lag, and the
+// commit after it refuses. It runs inside the store's critical section:
+// it must not call the store.
 func (w *World) checkOrders(r api.Revision, prev *corev1.Node) {
 	n := r.Node
 	if r.Deleted || prev == nil || r.By != api.NodeIdentity(n.Name) {
@@ -144,10 +148,13 @@ func (w *World) checkOrders(r api.Revision, prev *corev1.Node) {
 	if err != nil || perr != nil {
 		return
 	}
+	_, held := prev.Labels[steer.HoldLabel]
 	var step string
 	switch {
 	case was.State == claim.Waiting && c.State == claim.Entering:
-		step = "announced"
+		step, held = "announced", false
+	case was.State == claim.Entering && c.State == claim.Holding:
+		step = "took a slot"
 	case was.State == claim.Holding && was.Phase == claim.PhaseAcquired && (c.Phase == claim.PhaseCordoned || c.Phase == claim.PhaseDraining):
 		// The cordon's write records draining when no drain.delay
 		// comes between.
@@ -155,12 +162,13 @@ func (w *World) checkOrders(r api.Revision, prev *corev1.Node) {
 	default:
 		return
 	}
-	why := w.orders.forbids(n.Name, r.At)
-	if why == "held" && n.Labels[steer.HoldLabel] == "" {
-		why = "" // the Node was registered again since, without the label
+	if held {
+		w.violate("%s %s on a version of its Node that is held", n.Name, step)
 	}
-	if why != "" {
-		w.violate("%s %s while %s", n.Name, step, why)
+	// The pause is read fresh before the announce and the cordon; the
+	// commit between them does not look.
+	if step != "took a slot" && w.orders.paused(r.At) {
+		w.violate("%s %s while paused", n.Name, step)
 	}
 }
 

@@ -645,6 +645,74 @@ func TestRegressions(t *testing.T) {
 			}
 		},
 	}, {
+		// The operator holds a node just after it announced, past the
+		// looks that read the hold from the watch: its verify reads the
+		// hold in the version the commit would be conditional on, and it
+		// steps back and leaves the queue (checkOrders: no slot taken on
+		// a held version). It reboots once the hold is lifted.
+		name: "hold just after the announce",
+		opts: func() Options {
+			o := base(2)
+			o.Script = func(w *World) {
+				interposeOnce(w, func(r api.Revision, c claim.Claim) (func(*corev1.Node), bool) {
+					if c.State != claim.Entering {
+						return nil, false
+					}
+					name := r.Node.Name
+					w.tracef(name, "the operator holds it just after it announced (scenario)")
+					w.orders.mu.Lock()
+					w.orders.heldSince[name] = time.Now()
+					w.orders.mu.Unlock()
+					w.goSafe(func() { w.liftHoldAfter(w.host(name), 3*time.Minute) })
+					return func(n *corev1.Node) {
+						n.Labels[steer.HoldLabel] = "freeze"
+						n.Annotations[steer.HoldReason] = "a firmware check"
+					}, true
+				})
+			}
+			return o
+		},
+		fired: traced("the operator holds it just after it announced"),
+		check: func(t *testing.T, w *World, res Result) {
+			wantEvent("LeftQueue")(t, w, res)
+		},
+	}, {
+		// The operator holds a node in the instant it takes its slot,
+		// while every watch lags 3 s: the last look before the cordon
+		// reads the hold from the watch and misses it; the cordon's own
+		// check, on the version its write is conditional on, refuses,
+		// and the node gives the slot back untouched (checkOrders: no
+		// cordon started on a held version).
+		name: "hold as the slot is taken, the watch late",
+		opts: func() Options {
+			o := base(2)
+			o.Script = func(w *World) {
+				w.store.Faults.WatchLag = func(api.Request) time.Duration { return 3 * time.Second }
+				interposeOnce(w, func(r api.Revision, c claim.Claim) (func(*corev1.Node), bool) {
+					if c.State != claim.Holding || c.Phase != claim.PhaseAcquired {
+						return nil, false
+					}
+					name := r.Node.Name
+					w.tracef(name, "the operator holds it as it takes its slot (scenario)")
+					w.orders.mu.Lock()
+					w.orders.heldSince[name] = time.Now()
+					w.orders.mu.Unlock()
+					w.goSafe(func() { w.liftHoldAfter(w.host(name), 3*time.Minute) })
+					return func(n *corev1.Node) {
+						n.Labels[steer.HoldLabel] = "freeze"
+						n.Annotations[steer.HoldReason] = "a firmware check"
+					}, true
+				})
+			}
+			return o
+		},
+		fired: traced("the operator holds it as it takes its slot"),
+		check: func(t *testing.T, w *World, res Result) {
+			if !gaveBackUntouched(w) {
+				t.Error("no node gave its untouched slot back after the hold")
+			}
+		},
+	}, {
 		// The operator raises the concurrency to 3 in the cluster's
 		// settings before the nodes need their reboots, then writes a
 		// bad setting mid-roll: the nodes take up to 3 slots (their
