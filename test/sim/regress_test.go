@@ -658,16 +658,7 @@ func TestRegressions(t *testing.T) {
 					if c.State != claim.Entering {
 						return nil, false
 					}
-					name := r.Node.Name
-					w.tracef(name, "the operator holds it just after it announced (scenario)")
-					w.orders.mu.Lock()
-					w.orders.heldSince[name] = time.Now()
-					w.orders.mu.Unlock()
-					w.goSafe(func() { w.liftHoldAfter(w.host(name), 3*time.Minute) })
-					return func(n *corev1.Node) {
-						n.Labels[steer.HoldLabel] = "freeze"
-						n.Annotations[steer.HoldReason] = "a firmware check"
-					}, true
+					return holdInRevision(w, r.Node.Name, "just after it announced"), true
 				})
 			}
 			return o
@@ -692,16 +683,7 @@ func TestRegressions(t *testing.T) {
 					if c.State != claim.Holding || c.Phase != claim.PhaseAcquired {
 						return nil, false
 					}
-					name := r.Node.Name
-					w.tracef(name, "the operator holds it as it takes its slot (scenario)")
-					w.orders.mu.Lock()
-					w.orders.heldSince[name] = time.Now()
-					w.orders.mu.Unlock()
-					w.goSafe(func() { w.liftHoldAfter(w.host(name), 3*time.Minute) })
-					return func(n *corev1.Node) {
-						n.Labels[steer.HoldLabel] = "freeze"
-						n.Annotations[steer.HoldReason] = "a firmware check"
-					}, true
+					return holdInRevision(w, r.Node.Name, "as it takes its slot"), true
 				})
 			}
 			return o
@@ -962,6 +944,21 @@ func interposeOnce(w *World, f func(api.Revision, claim.Claim) (edit func(*corev
 		edit, fired := f(r, c)
 		done = fired
 		return edit
+	}
+}
+
+// holdInRevision is the operator's hold of node put into the revision
+// being written (Interpose), lifted 3 minutes later; when says when, for
+// the trace.
+func holdInRevision(w *World, node, when string) func(*corev1.Node) {
+	w.tracef(node, "the operator holds it %s (scenario)", when)
+	w.orders.mu.Lock()
+	w.orders.heldSince[node] = time.Now()
+	w.orders.mu.Unlock()
+	w.goSafe(func() { w.liftHoldAfter(w.host(node), 3*time.Minute) })
+	return func(n *corev1.Node) {
+		n.Labels[steer.HoldLabel] = "freeze"
+		n.Annotations[steer.HoldReason] = "a firmware check"
 	}
 }
 
