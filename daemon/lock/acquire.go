@@ -274,9 +274,6 @@ func (l *Lock) enter(ctx context.Context, e *entering) error {
 		if err := l.stepBack(ctx, no.Error()); err != nil {
 			return err
 		}
-		l.mu.Lock()
-		l.status.State, l.status.Reason = claim.Waiting, no.Error()
-		l.mu.Unlock()
 		return fmt.Errorf("%w: %w", ErrRefused, no.Err)
 	}
 	if err != nil {
