@@ -380,14 +380,8 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	if err != nil {
 		return claim.Verdict{}, fmt.Errorf("verify: %w", err)
 	}
-	var self *corev1.Node
-	for _, n := range nodes {
-		if n.Name == l.o.Node {
-			self = n
-		}
-	}
-	if self == nil || self.UID != cur.uid || self.Labels[claim.Label] != string(claim.Entering) ||
-		self.Annotations[claim.Annotation] != mustMarshal(cur.claim) {
+	self := announced(nodes, l.o.Node, cur)
+	if self == nil {
 		// Not the entering claim we announced, label and annotation (an
 		// admin may have edited the label alone): never commit on it;
 		// decide from what is really there.
@@ -423,6 +417,18 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 		}
 	}
 	return v, nil
+}
+
+// announced is this node's Node in nodes if it carries the entering claim
+// this daemon announced (the same Node, label and annotation); nil if not.
+func announced(nodes []*corev1.Node, name string, cur ownClaim) *corev1.Node {
+	for _, n := range nodes {
+		if n.Name == name && n.UID == cur.uid && n.Labels[claim.Label] == string(claim.Entering) &&
+			n.Annotations[claim.Annotation] == mustMarshal(cur.claim) {
+			return n
+		}
+	}
+	return nil
 }
 
 func limitsEqual(a, b claim.Limits) bool {
