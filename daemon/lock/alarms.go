@@ -23,6 +23,16 @@ type AlarmReporter interface {
 // over a node may see and still write alarm Events (reportsAlarms).
 const alarmFront = 3
 
+// alarmSettle is how long after it joined a waiting node waits before it
+// writes alarm Events from the front. A join's place in the queue is the
+// server's time before its write, and a node shows in the front's watches
+// only once it has written its front label: nodes that joined together
+// see a front without those whose writes were slower, and more than
+// alarmFront of them would each count itself among the first. The settle
+// is many times what a join, its read of the queue and its label take on
+// a server that answers.
+const alarmSettle = 10 * time.Second
+
 // reportsAlarms is the rule for which nodes write alarm Events: an entering
 // node (verify), and a waiting node at the front of the queue as q has it,
 // with fewer than alarmFront waiting claims ahead of it that it does not
@@ -30,7 +40,8 @@ const alarmFront = 3
 // they cannot be shared: were every node that sees a stuck holder to
 // write one, a queue of 500 would write 500. Nodes further back in the
 // front log the alarm and count it in the metric, but write no Event;
-// nodes behind the front do not see it. Every node of the front reads
+// nodes behind the front do not see it. A waiting node reports only once
+// its place has settled (alarmSettle). Every node of the front reads
 // every active claim, so the front always sees the alarms about them;
 // claims not passed over are counted so that a front of NotReady or
 // silent nodes, whose daemons write nothing, does not keep every node

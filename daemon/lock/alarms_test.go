@@ -20,7 +20,9 @@ import (
 // and counts it, but only a node with fewer than three waiting claims
 // ahead of it that it does not pass over writes the Event: the Events'
 // names are random (daemon/events), so every node writing one would make
-// one per waiting node.
+// one per waiting node. A node that joined less than alarmSettle ago
+// does not report yet (nodes that joined with it may not show in the
+// front yet) and says when it will.
 func TestLookReportsAlarmsAtTheFront(t *testing.T) {
 	server := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
 	limits := claim.Limits{Concurrency: 1}
@@ -29,16 +31,21 @@ func TestLookReportsAlarmsAtTheFront(t *testing.T) {
 		Acquired: &acquired, Limits: limits, Groups: map[string]string{config.ZoneLabel: "zone-a"}, BootID: "b", Phase: claim.PhaseRebooting})
 	for _, tc := range []struct {
 		name     string
-		ahead    int // waiting claims ahead of this node
-		notReady int // of which NotReady (passed over)
+		ahead    int           // waiting claims ahead of this node
+		notReady int           // of which NotReady (passed over)
+		joined   time.Duration // this node's claim's age
 		want     bool
+		reportIn time.Duration
 	}{
-		{"first in the queue", 0, 0, true},
-		{"two ahead", 2, 0, true},
-		{"three ahead", 3, 0, false},
-		{"five ahead", 5, 0, false},
-		{"three ahead, one NotReady", 3, 1, true},
-		{"four ahead, one NotReady", 4, 1, false},
+		{"first in the queue", 0, 0, time.Minute, true, 0},
+		{"two ahead", 2, 0, time.Minute, true, 0},
+		{"three ahead", 3, 0, time.Minute, false, 0},
+		{"five ahead", 5, 0, time.Minute, false, 0},
+		{"three ahead, one NotReady", 3, 1, time.Minute, true, 0},
+		{"four ahead, one NotReady", 4, 1, time.Minute, false, 0},
+		{"first, joined 2s ago", 0, 0, 2 * time.Second, false, alarmSettle - 2*time.Second},
+		{"first, joined alarmSettle ago", 0, 0, alarmSettle, true, 0},
+		{"three ahead, joined 2s ago", 3, 0, 2 * time.Second, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := []runtime.Object{holder}
@@ -51,7 +58,7 @@ func TestLookReportsAlarmsAtTheFront(t *testing.T) {
 				}
 				objs = append(objs, n)
 			}
-			objs = append(objs, claimedNode(t, "me", "zone-b", claim.Claim{State: claim.Waiting, Since: server.Add(-time.Minute), Updated: server, Limits: limits}))
+			objs = append(objs, claimedNode(t, "me", "zone-b", claim.Claim{State: claim.Waiting, Since: server.Add(-tc.joined), Updated: server, Limits: limits}))
 			rec := &alarmRecorder{}
 			l := New(Options{
 				Client: fake.NewClientset(objs...), Node: "me", Limits: limits,
@@ -67,8 +74,12 @@ func TestLookReportsAlarmsAtTheFront(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, admitted := l.look(ctx, snap, server); admitted {
+			_, admitted, reportIn := l.look(ctx, snap, server)
+			if admitted {
 				t.Fatal("look: admitted; want waiting behind the stuck holder")
+			}
+			if reportIn != tc.reportIn {
+				t.Errorf("reports in %v, want %v", reportIn, tc.reportIn)
 			}
 			if len(rec.current) != 1 || rec.current[0].Node != "holder" || rec.current[0].State != claim.Holding {
 				t.Fatalf("current alarms %+v, want the holder's", rec.current)

@@ -80,7 +80,7 @@ func (l *Lock) atFront(ctx context.Context) (bool, error) {
 			return true, nil // Acquire decides from what it is now
 		}
 		now := l.o.Now()
-		q, admitted := l.look(ctx, snap, now)
+		q, admitted, reportIn := l.look(ctx, snap, now)
 		if admitted {
 			return true, nil
 		}
@@ -103,7 +103,7 @@ func (l *Lock) atFront(ctx context.Context) (bool, error) {
 			reason = "waiting for the nodes ahead"
 		}
 		l.setStatus(Status{State: claim.Waiting, Position: q.Position(l.o.Node), Reason: reason})
-		if err := l.waitChange(ctx, l.frontWait(probeIn)); err != nil {
+		if err := l.waitChange(ctx, l.frontWait(soonest(probeIn, reportIn))); err != nil {
 			return false, err
 		}
 	}
@@ -112,13 +112,14 @@ func (l *Lock) atFront(ctx context.Context) (bool, error) {
 // frontWait is how long a node of the front waits for a change before it
 // looks again: at least now and then, since the grace for silent nodes
 // and the alarms are about time, not changes; when the readiness of a
-// node ahead is due to be read (probeIn, if positive); and soon while
+// node ahead is due to be read or this node starts to report alarms
+// (due, if positive); and soon while
 // it reads directly, since then nothing wakes it when a slot is freed
 // (a few nodes of each class do).
-func (l *Lock) frontWait(probeIn time.Duration) time.Duration {
+func (l *Lock) frontWait(due time.Duration) time.Duration {
 	wait := l.jitter(min(l.o.WaitingGrace/4, 15*time.Second) + time.Second)
-	if probeIn > 0 {
-		wait = min(wait, probeIn)
+	if due > 0 {
+		wait = min(wait, due)
 	}
 	if w := l.watching(); w == nil || w.stale() {
 		wait = min(wait, l.jitter(staleLook))
@@ -128,13 +129,32 @@ func (l *Lock) frontWait(probeIn time.Duration) time.Duration {
 
 // look decides from a snapshot of the front: whether this node is
 // admitted, and the queue that says so. It notes who is eligible (for
-// the grace of silent nodes) and raises the alarms it shows.
-func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time) (claim.Queue, bool) {
+// the grace of silent nodes) and raises the alarms it shows; reportIn,
+// when positive, is how soon this node, at the front but not yet
+// settled there (alarmSettle), starts to report them.
+func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time) (q claim.Queue, admitted bool, reportIn time.Duration) {
 	server := l.o.ServerNow()
-	q := claim.EligibilityUpTo(snap, server, l.o.TTL, l.silent(now), l.o.Node)
+	q = claim.EligibilityUpTo(snap, server, l.o.TTL, l.silent(now), l.o.Node)
 	l.noteEligible(q, now)
-	l.raiseAlarms(ctx, snap, server, reportsAlarms(q, l.o.Node))
-	return q, q.Eligible(l.o.Node)
+	report := reportsAlarms(q, l.o.Node)
+	if unsettled := alarmSettle - server.Sub(l.current().claim.Since); report && unsettled > 0 {
+		report, reportIn = false, unsettled
+	}
+	l.raiseAlarms(ctx, snap, server, report)
+	return q, q.Eligible(l.o.Node), reportIn
+}
+
+// soonest is the earlier of two durations that are positive, or 0 if
+// neither is.
+func soonest(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	default:
+		return min(a, b)
+	}
 }
 
 // counts says which members of class c ahead of this node hold it back:
