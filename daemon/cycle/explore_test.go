@@ -28,9 +28,12 @@ import (
 // comparable, so it keys the visited set.
 type cWorld struct {
 	// The claim, as the API server has it.
-	state     claim.State
-	phase     claim.Phase
-	claimBoot int8 // the boot the claim records (the commit's, then the reboot's)
+	state claim.State
+	phase claim.Phase
+	// claimBoot: the boot the claim records, the one the slot was taken
+	// in: the commit's, rewritten with the same boot by the reboot's
+	// record; an unplanned reboot never rewrites it.
+	claimBoot int8
 	acquired  int8 // which acquisition this claim is (0: none)
 	cordoned  bool // the claim says kured-host cordoned
 	// The Node.
@@ -92,7 +95,7 @@ var (
 			return false, ""
 		}
 		bad := ""
-		if w.state == claim.Holding && w.phase != claim.PhaseAborted && w.boot <= w.claimBootAtTake() {
+		if w.state == claim.Holding && w.phase != claim.PhaseAborted && w.boot <= w.claimBoot {
 			bad = "released as done in the boot the slot was taken in"
 		}
 		w.state, w.phase, w.acquired, w.cordoned, w.claimBoot = "", "", 0, false, 0
@@ -107,11 +110,6 @@ var (
 		return true, ""
 	}}
 )
-
-// claimBootAtTake: the boot the slot was taken in. The claim records the
-// commit's boot, and the reboot's record rewrites it with the same boot;
-// an unplanned reboot never rewrites it.
-func (w *cWorld) claimBootAtTake() int8 { return w.claimBoot }
 
 func setPhase(p claim.Phase) op {
 	return op{"record " + string(p), func(w *cWorld) (bool, string) {
