@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +32,10 @@ import (
 // reporter writes its own, under a name with a random part. Eight nodes
 // wait behind it; only those at the front of the queue (fewer than three
 // waiting claims ahead) write the Event, once each, so an episode has at
-// most three (nobody enters: the claim blocks every slot).
+// most three (nobody enters: the claim blocks every slot). The nodes join
+// in turn, and the first one's join lands seconds after the next three
+// have looked at a queue without it (a CI run failed so, by less): a
+// node reports only once its place has settled.
 func TestAlarmCannotBeSilenced(t *testing.T) {
 	const waiting, front = 8, 3
 	for _, tc := range []struct {
@@ -50,7 +55,12 @@ func TestAlarmCannotBeSilenced(t *testing.T) {
 			ctx := ctxFor(t, 2*time.Minute)
 			specs := []hostSpec{{name: tc.prefix + "-bad", zone: "zone-a", idle: true}}
 			for i := range waiting {
-				specs = append(specs, hostSpec{name: fmt.Sprintf("%s-%d", tc.prefix, i), zone: "zone-b", limits: limits(3, 0), hold: 100 * time.Millisecond})
+				spec := hostSpec{name: fmt.Sprintf("%s-%d", tc.prefix, i), zone: "zone-b", limits: limits(3, 0), hold: 100 * time.Millisecond,
+					pace: inTurn(i, 500*time.Millisecond)}
+				if i == 0 {
+					spec.wrap = slowJoin(3 * time.Second)
+				}
+				specs = append(specs, spec)
 			}
 			f := newFleet(t, ctx, specs)
 			bad := f.host(tc.prefix + "-bad")
@@ -122,6 +132,36 @@ func TestAlarmCannotBeSilenced(t *testing.T) {
 					t.Errorf("%s rebooted behind a claim that holds the only slot", h.Name)
 				}
 			}
+		})
+	}
+}
+
+// inTurn paces a driver's first step (its join) by i × d, none after.
+func inTurn(i int, d time.Duration) func() time.Duration {
+	var joined atomic.Bool
+	return func() time.Duration {
+		if joined.Swap(true) {
+			return 0
+		}
+		return time.Duration(i) * d
+	}
+}
+
+// slowJoin holds back by d the first write of a Node (the join): the
+// join's place in the queue is taken before the write, so for d the
+// nodes that joined after it see a queue without it.
+func slowJoin(d time.Duration) func(http.RoundTripper) http.RoundTripper {
+	var joined atomic.Bool
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/nodes/") && !joined.Swap(true) {
+				select {
+				case <-r.Context().Done():
+					return nil, r.Context().Err()
+				case <-time.After(d):
+				}
+			}
+			return rt.RoundTrip(r)
 		})
 	}
 }
