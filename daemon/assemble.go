@@ -137,7 +137,7 @@ func build(s Setup, c Clients, node string) (*Daemon, error) {
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		ServerNow: c.ServerNow, ClockTolerance: tolerance, BootID: s.Root.BootID, Log: log,
 		Alarms:      &alarm.Report{Events: &events.Recorder{Client: c.Kube, Host: node}, Metrics: m, Log: log},
-		MayAnnounce: MayAnnounce(announce),
+		MayAnnounce: MayGo(announce),
 		Held:        steer.HoldIn,
 		OwnWatched:  watch.OwnNode,
 	})
@@ -251,12 +251,14 @@ func WithFresh(blockers, fresh []block.Blocker) []block.Blocker {
 	return out
 }
 
-// MayAnnounce asks the orders right before the lock announces: a pause
-// (fresh) or a hold (from the watch) set since the last look stops the
-// node before it announces.
-func MayAnnounce(orders []block.Blocker) func(context.Context) error {
+// MayGo asks blockers, as the lock does right before it announces (the
+// orders: the pause fresh, a hold from the watch) and right before it
+// commits and cordons (every blocker, the orders fresh: the last look):
+// one that says no since the last look stops the node before it takes
+// the slot.
+func MayGo(blockers []block.Blocker) func(context.Context) error {
 	return func(ctx context.Context) error {
-		if b := block.Check(ctx, orders); len(b) > 0 {
+		if b := block.Check(ctx, blockers); len(b) > 0 {
 			return errors.New(block.Summary(b))
 		}
 		return nil

@@ -32,12 +32,14 @@ func (d *Daemon) lastLook() []block.Blocker {
 	return WithFresh(d.Blockers, d.FreshOrders)
 }
 
-// cordon: the slot was just taken. The blockers are checked again right
-// before the first disruptive step (blocked: the slot is given back);
-// then the cordon is recorded in the claim and made in one conditional
-// write (lock.Lock.Cordon), which also confirms the claim. With no
-// drain.delay the drain starts at once: the same write records phase
-// draining and carries kured's marks, and startDrain's step is skipped.
+// cordon: a slot taken by an earlier version, which committed before it
+// cordoned (this one cordons in the commit's own write: lock.Take). The
+// blockers are checked again right before the first disruptive step
+// (blocked: the slot is given back); then the cordon is recorded in the
+// claim and made in one conditional write (lock.Lock.Cordon), which also
+// confirms the claim. With no drain.delay the drain starts at once: the
+// same write records phase draining and carries kured's marks, and
+// startDrain's step is skipped.
 func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) error {
 	d.setStateMetric("draining")
 	d.setQueuePositionMetric(-1)
@@ -68,16 +70,22 @@ func (d *Daemon) cordon(ctx context.Context, log *slog.Logger, c claim.Claim) er
 	marked()
 	took := cmp.Or(d.took, "Holds a reboot slot")
 	d.took = ""
-	if was {
-		d.event(ctx, log, "Normal", ReasonSlotAcquired, took+"; already unschedulable, it will stay so after the reboot")
-	} else {
-		log.Info("cordoned")
-		d.event(ctx, log, "Normal", ReasonSlotAcquired, took+"; cordoned for the reboot")
-	}
+	d.reportCordon(ctx, log, took, was)
 	if phase == claim.PhaseDraining {
 		d.message(ctx, notify.Drain, "")
 	}
 	return nil
+}
+
+// reportCordon tells of the slot taken (took) and its cordon, or that the
+// node was unschedulable already (was).
+func (d *Daemon) reportCordon(ctx context.Context, log *slog.Logger, took string, was bool) {
+	if was {
+		d.event(ctx, log, "Normal", ReasonSlotAcquired, took+"; already unschedulable, it will stay so after the reboot")
+		return
+	}
+	log.Info("cordoned")
+	d.event(ctx, log, "Normal", ReasonSlotAcquired, took+"; cordoned for the reboot")
 }
 
 // giveBack gives the slot just taken back, before the cordon: blocked

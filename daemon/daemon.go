@@ -46,7 +46,7 @@ type Locker interface {
 	Unreadable() error
 	Annotation(key string) string
 	Join(ctx context.Context, with marks.Change) error
-	Acquire(ctx context.Context) (claim.Claim, error)
+	Acquire(ctx context.Context, take lock.Take) (claim.Claim, error)
 	Update(ctx context.Context, change func(*claim.Claim)) (claim.Claim, error)
 	Cordon(ctx context.Context, phase claim.Phase, with marks.Change) (was bool, err error)
 	Confirm(ctx context.Context) (claim.Claim, error)

@@ -43,7 +43,9 @@ func (l *idleLock) Join(context.Context, marks.Change) error {
 	close(l.joined)
 	return errNotHere
 }
-func (l *idleLock) Acquire(context.Context) (claim.Claim, error) { return claim.Claim{}, errNotHere }
+func (l *idleLock) Acquire(context.Context, lock.Take) (claim.Claim, error) {
+	return claim.Claim{}, errNotHere
+}
 func (l *idleLock) Update(context.Context, func(*claim.Claim)) (claim.Claim, error) {
 	return claim.Claim{}, errNotHere
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
 	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/notify"
 	"github.com/kured-host/kured-host/daemon/steer"
 )
 
@@ -134,13 +135,15 @@ func (d *Daemon) reportBlocked(ctx context.Context, log *slog.Logger, blocked []
 func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan error, 1)
+	take, marked := d.take()
+	type taken struct {
+		c   claim.Claim
+		err error
+	}
+	done := make(chan taken, 1)
 	go func() {
-		c, err := d.Lock.Acquire(actx)
-		if err == nil {
-			d.tookSlot(ctx, log, c)
-		}
-		done <- err
+		c, err := d.Lock.Acquire(actx, take)
+		done <- taken{c, err}
 	}()
 	period := min(d.recheck(), 5*time.Second)
 	tick := time.NewTicker(period)
@@ -148,8 +151,12 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 	looks := looksWhileWaiting{period: period, last: d.Now()}
 	for {
 		select {
-		case err := <-done:
-			return d.acquireEnded(ctx, log, err)
+		case t := <-done:
+			if t.err == nil {
+				marked()
+				d.tookSlot(ctx, log, t.c)
+			}
+			return d.acquireEnded(ctx, log, t.err)
 		case <-d.Lock.StatusChanged():
 			d.showQueue(d.Lock.Status())
 			continue
@@ -163,18 +170,51 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 		}
 		// Leave the queue: stop acquiring, then withdraw if still waiting.
 		cancel()
-		<-done
+		if t := <-done; t.err == nil {
+			// Taken as the look decided to leave: the slot is given
+			// back and the commit's cordon undone (the abort's step).
+			marked()
+			d.tookSlot(ctx, log, t.c)
+			_, err := d.Lock.Update(ctx, func(c *claim.Claim) { c.Phase = claim.PhaseAborted })
+			return d.lostIf(ctx, log, t.c, err)
+		}
 		return d.leaveQueue(ctx, log, blocked)
 	}
 }
 
-// tookSlot reports the slot taken, and how long the node waited for it.
+// take is what the commit does besides taking the slot (lock.Take): it
+// cordons, and with no drain.delay records phase draining and carries
+// kured's marks of a drain that starts (marked records them written,
+// once the commit has). Its Check is the last look before the commit
+// and its cordon: the blockers, the operator's orders read fresh.
+func (d *Daemon) take() (lock.Take, func()) {
+	t := lock.Take{Phase: claim.PhaseCordoned, Check: MayGo(d.lastLook())}
+	marked := func() {}
+	if d.Config.Drain.Delay.Std() <= 0 {
+		t.Phase = claim.PhaseDraining
+		t.With, marked = d.startedMarks()
+	}
+	return t, marked
+}
+
+// tookSlot reports the slot taken, how long the node waited for it, and
+// the cordon the commit made with it. A claim an earlier version took,
+// not yet cordoned, leaves that to the cordon step.
 func (d *Daemon) tookSlot(ctx context.Context, log *slog.Logger, c claim.Claim) {
 	waited := d.Now().Sub(c.Since)
 	if d.Metrics != nil {
 		d.Metrics.SlotWait.Observe(max(waited, 0).Seconds())
 	}
-	d.took = fmt.Sprintf("Took a reboot slot after waiting %s", waited.Round(time.Second))
+	took := fmt.Sprintf("Took a reboot slot after waiting %s", waited.Round(time.Second))
+	if c.Phase == claim.PhaseAcquired {
+		d.took = took
+		return
+	}
+	d.setQueuePositionMetric(-1)
+	d.reportCordon(ctx, log, took, c.WasUnschedulable)
+	if c.Phase == claim.PhaseDraining {
+		d.message(ctx, notify.Drain, "")
+	}
 }
 
 // acquireEnded: the lock's Acquire returned err.

@@ -169,14 +169,26 @@ func stepOps(s Step, w cWorld) [][]op {
 	case LeaveQueue:
 		return [][]op{{release}}
 	case Acquire:
-		return [][]op{{{"take a slot", func(w *cWorld) (bool, string) {
+		// The commit takes the slot and cordons in one write (lock.Take).
+		take := op{"take a slot, cordoned in the same write", func(w *cWorld) (bool, string) {
 			if w.state == "" {
 				return false, ""
 			}
 			w.acquisitions++
-			w.state, w.phase, w.acquired, w.claimBoot = claim.Holding, claim.PhaseAcquired, w.acquisitions, w.boot
+			w.state, w.phase, w.acquired, w.claimBoot = claim.Holding, claim.PhaseDraining, w.acquisitions, w.boot
+			w.cordoned, w.mark = !w.unsched, w.mark || !w.unsched
+			w.unsched = true
 			return true, ""
-		}}}}
+		}}
+		out := [][]op{{take}}
+		if !w.blocked {
+			blocked := op{"blocked at the last look before the announce", func(w *cWorld) (bool, string) { w.blocked = true; return true, "" }}
+			out = append(out, []op{blocked, release})
+			// The look while waiting decides to leave as the commit lands:
+			// the slot is given back through the abort's step.
+			out = append(out, []op{blocked, take, setPhase(claim.PhaseAborted)})
+		}
+		return out
 	case Cordon:
 		cordon := op{"record the cordon, cordoned", func(w *cWorld) (bool, string) {
 			if w.state != claim.Holding || w.acquired != w.heldBy() {
@@ -338,8 +350,13 @@ func (w cWorld) atRest(next func(Facts) Step) bool {
 // exploreCycle explores from a node that needs a reboot, deciding with
 // next; it returns the states reached, how many of them end with the
 // node rebooted and at rest, and the first broken promise with its path.
-func exploreCycle(next func(Facts) Step, unsched bool) (states, done int, broken string) {
+func exploreCycle(next func(Facts) Step, unsched, old bool) (states, done int, broken string) {
 	start := cWorld{needed: true, undrained: true, unsched: unsched, adminCordon: unsched, cordonedByAdmin: unsched}
+	if old {
+		// A slot an earlier version took, committed before its cordon,
+		// and a restart into this version.
+		start.state, start.phase, start.acquired, start.acquisitions = claim.Holding, claim.PhaseAcquired, 1, 1
+	}
 	type visit struct {
 		from cWorld
 		what string
@@ -382,11 +399,12 @@ func exploreCycle(next func(Facts) Step, unsched bool) (states, done int, broken
 // TestExploreCycle: from a node that needs a reboot, every interleaving of
 // the cycle's steps (the real Next) with the faults above keeps the
 // cycle's promises, every state at rest has no cordon of kured-host's
-// left, and some paths end with the node rebooted.
+// left, and some paths end with the node rebooted. Also from a slot an
+// earlier version took and had not cordoned yet (its commit did not).
 func TestExploreCycle(t *testing.T) {
-	for _, unsched := range []bool{false, true} {
-		t.Run(fmt.Sprint("cordoned by an admin from the start: ", unsched), func(t *testing.T) {
-			states, done, broken := exploreCycle(Next, unsched)
+	for _, tc := range []struct{ unsched, old bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		t.Run(fmt.Sprintf("cordoned by an admin from the start: %v, taken by an earlier version: %v", tc.unsched, tc.old), func(t *testing.T) {
+			states, done, broken := exploreCycle(Next, tc.unsched, tc.old)
 			t.Logf("%d states, %d of them at rest after the reboot", states, done)
 			if broken != "" {
 				t.Fatal(broken)
@@ -433,7 +451,7 @@ func TestExploreCycleFindsBrokenRules(t *testing.T) {
 	t.Run("an abort that uncordons before it records the abort", func(t *testing.T) {
 		uncordonFirst = true
 		defer func() { uncordonFirst = false }()
-		states, _, broken := exploreCycle(Next, false)
+		states, _, broken := exploreCycle(Next, false, false)
 		if broken == "" {
 			t.Fatalf("not found in %d states", states)
 		}
@@ -441,7 +459,7 @@ func TestExploreCycleFindsBrokenRules(t *testing.T) {
 	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			states, _, broken := exploreCycle(tt.next, false)
+			states, _, broken := exploreCycle(tt.next, false, false)
 			if broken == "" {
 				t.Fatalf("not found in %d states", states)
 			}

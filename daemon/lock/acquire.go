@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -146,11 +147,27 @@ func (l *Lock) clusterSize(ctx context.Context) (int, error) {
 	return len(list.Items) + int(ptr.Deref(list.RemainingItemCount, 0)), nil
 }
 
-// Acquire takes a slot: from waiting it waits until eligible and
-// announces; from entering it verifies, then commits, stays entering or
-// steps back. It returns the holding claim, ErrNotJoined if there is no
-// claim, or ErrLost if the claim disappeared.
-func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
+// Take is what the commit does besides taking the slot: it cordons the
+// node (unless it is unschedulable already) and records Phase
+// (claim.PhaseCordoned; PhaseDraining when the drain starts at once) and
+// the marks With, all in the one write, so that a node never holds a slot
+// while pods may still be scheduled on it, and no restart comes between
+// the slot and its cordon. Check, if set, is the last look before that
+// first disruptive write (the operator's orders and every blocker),
+// asked once a verify has said commit: an error steps the claim back to
+// waiting, in its place, and Acquire returns it wrapped in ErrRefused.
+type Take struct {
+	Phase claim.Phase // "" is claim.PhaseCordoned
+	With  marks.Change
+	Check func(context.Context) error
+}
+
+// Acquire takes a slot and cordons the node (take): from waiting it waits
+// until eligible and announces; from entering it verifies, then commits,
+// stays entering or steps back. It returns the holding claim,
+// ErrNotJoined if there is no claim, ErrLost if the claim disappeared,
+// or ErrRefused.
+func (l *Lock) Acquire(ctx context.Context, take Take) (claim.Claim, error) {
 	e := entering{backoff: minStepBack}
 	for {
 		cur := l.current()
@@ -171,7 +188,7 @@ func (l *Lock) Acquire(ctx context.Context) (claim.Claim, error) {
 			e.stayingSince = time.Time{}
 			err = l.takeTurn(ctx)
 		case claim.Entering:
-			err = l.enter(ctx, &e)
+			err = l.enter(ctx, &e, take)
 		default:
 			err = fmt.Errorf("own claim is in state %q, which this daemon does not write: %w", cur.state, ErrLost)
 		}
@@ -254,8 +271,8 @@ func (e entering) next(v claim.Verdict, now time.Time) (entering, enterAction) {
 	return e, enterAction{Move: moveStay, Reason: v.Reason, Wait: stayLook}
 }
 
-// Refusal is Options.Held's no: before the commit (from verify) or the
-// cordon. It is ErrRefused (errors.Is) and says why.
+// Refusal is Options.Held's or Take.Check's no: before the commit or
+// the cordon. It is ErrRefused (errors.Is) and says why.
 type Refusal struct{ Err error }
 
 func (r Refusal) Error() string { return r.Err.Error() }
@@ -266,9 +283,17 @@ func (r Refusal) Is(target error) bool { return target == ErrRefused }
 func (r Refusal) Unwrap() error { return r.Err }
 
 // enter verifies the entering claim and does what next says; a commit
-// Held refuses steps back and returns ErrRefused.
-func (l *Lock) enter(ctx context.Context, e *entering) error {
+// Held or take.Check refuses steps back and returns ErrRefused.
+func (l *Lock) enter(ctx context.Context, e *entering, take Take) error {
 	v, err := l.verify(ctx)
+	if err == nil && v.Decision == claim.Commit && take.Check != nil {
+		// After the verify: a look that takes its time (a query of
+		// the alerts) delays the commit, which the entering claim has
+		// reserved, not the verify's read of the others.
+		if no := take.Check(ctx); no != nil {
+			err = Refusal{no}
+		}
+	}
 	var no Refusal
 	if errors.As(err, &no) {
 		if err := l.stepBack(ctx, no.Error()); err != nil {
@@ -283,7 +308,7 @@ func (l *Lock) enter(ctx context.Context, e *entering) error {
 	*e, a = e.next(v, l.o.Now())
 	switch a.Move {
 	case moveCommit:
-		return l.commit(ctx)
+		return l.commit(ctx, take)
 	case moveStepBack:
 		if err := l.stepBack(ctx, a.Reason); err != nil || a.Wait == 0 {
 			return err
@@ -391,9 +416,15 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 		}
 		return claim.Verdict{Decision: claim.Stay}, nil
 	}
-	l.mu.Lock()
-	l.own.rv = self.ResourceVersion
-	l.mu.Unlock()
+	if self.ResourceVersion != cur.schedRV {
+		// The commit cordons on this version, and whether the node is
+		// unschedulable already (then it leaves it so) is known only of
+		// the version last read whole: read it, and verify again.
+		if _, _, err := l.Own(ctx); err != nil {
+			return claim.Verdict{}, err
+		}
+		return claim.Verdict{Decision: claim.Stay, Reason: "reading its own Node"}, nil
+	}
 	if l.o.Held != nil {
 		if err := l.o.Held(self); err != nil {
 			return claim.Verdict{}, Refusal{err}
@@ -435,21 +466,26 @@ func limitsEqual(a, b claim.Limits) bool {
 	return a.Concurrency == b.Concurrency && slices.Equal(a.Groups, b.Groups)
 }
 
-// commit writes holding, with the boot ID of this boot, conditional on the
-// Node being as the verify read it.
-func (l *Lock) commit(ctx context.Context) error {
+// commit writes holding, with the boot ID of this boot, and the cordon
+// (take), conditional on the Node being as the verify read it.
+func (l *Lock) commit(ctx context.Context, take Take) error {
 	cur := l.current()
 	boot, err := l.o.BootID()
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	c := cur.claim
+	c, was := cur.claim, cur.unschedulable
 	now := l.o.ServerNow().UTC().Truncate(time.Millisecond)
-	c.Acquired, c.BootID, c.Phase = &now, boot, claim.PhaseAcquired
-	if _, err := l.write(ctx, claim.Holding, c); err != nil {
+	c.Acquired, c.BootID, c.Phase = &now, boot, cmp.Or(take.Phase, claim.PhaseCordoned)
+	c.WasUnschedulable, c.Cordoned = was, !was
+	sched := cordonNode
+	if was {
+		sched = keepSchedule
+	}
+	if _, err := l.writeClaim(ctx, claim.Holding, c, sched, queue.RoleOf(cur.labels), take.With); err != nil {
 		return l.reread(ctx, err)
 	}
-	l.log.Info("took a reboot slot (holding)")
+	l.log.Info("took a reboot slot (holding)", "cordoned", !was)
 	return nil
 }
 

@@ -33,9 +33,9 @@ var (
 	// ErrUnreadable means the own claim cannot be read and says it holds
 	// a slot: the daemon neither rewrites nor removes it.
 	ErrUnreadable = errors.New("own claim cannot be read and says it holds a slot")
-	// ErrRefused means Options.MayAnnounce or Options.Held said no:
-	// the claim is waiting, in its place, or (from Cordon) holding,
-	// with no cordon made.
+	// ErrRefused means Options.MayAnnounce, Take.Check or Options.Held
+	// said no: the claim is waiting, in its place, or (from Cordon)
+	// holding, with no cordon made.
 	ErrRefused = errors.New("may not announce now")
 )
 

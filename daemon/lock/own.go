@@ -27,8 +27,10 @@ type ownClaim struct {
 	err         error // why the claim cannot be read; nil if it can
 	labels      map[string]string
 	annotations map[string]string
-	// unschedulable is the Node's spec.unschedulable at rv.
+	// unschedulable is the Node's spec.unschedulable at schedRV, the
+	// last version read whole (a watch of metadata moves rv alone).
 	unschedulable bool
+	schedRV       string
 	// at is when this daemon read or wrote the Node at rv (its own clock).
 	at time.Time
 }
@@ -52,7 +54,8 @@ func (l *Lock) Own(ctx context.Context) (claim.Claim, claim.State, error) {
 }
 
 func (l *Lock) remember(n *corev1.Node) (claim.Claim, claim.State, error) {
-	o := ownClaim{uid: n.UID, rv: n.ResourceVersion, labels: n.Labels, annotations: n.Annotations, unschedulable: n.Spec.Unschedulable, at: l.o.Now()}
+	o := ownClaim{uid: n.UID, rv: n.ResourceVersion, labels: n.Labels, annotations: n.Annotations,
+		unschedulable: n.Spec.Unschedulable, schedRV: n.ResourceVersion, at: l.o.Now()}
 	var err error
 	if lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]; lv != "" || ann != "" {
 		o.claim, err = claim.Parse(lv, ann)
@@ -110,6 +113,9 @@ func (l *Lock) rebaseOnWatch() bool {
 	}}
 	n.Spec.Unschedulable = cur.unschedulable
 	_, _, _ = l.remember(n)
+	l.mu.Lock()
+	l.own.schedRV = cur.schedRV // the spec is as last read whole
+	l.mu.Unlock()
 	return true
 }
 
@@ -286,8 +292,10 @@ func (l *Lock) Update(ctx context.Context, change func(*claim.Claim)) (claim.Cla
 	}
 }
 
-// Cordon records the cordon in the holder's claim (in phase, cordoned or
-// draining) and cordons the node in the same conditional write, unless
+// Cordon is for a slot an earlier version took, whose commit did not
+// cordon (phase acquired; this version's commit does: Take). It records
+// the cordon in the holder's claim (in phase, cordoned or draining) and
+// cordons the node in the same conditional write, unless
 // the Node it is conditional on is unschedulable already (an admin's
 // cordon, which stays after the reboot): the claim records which. One
 // write, so no restart can come between the record and the cordon, and

@@ -329,7 +329,7 @@ func (h *Host) startDaemon() {
 		AlarmAge: cfg.Lock.AlarmAge.Std(), EnteringAlarmAge: cfg.Lock.EnteringAlarmAge.Std(),
 		Now: h.now, ServerNow: time.Now, BootID: h.BootID, Log: log,
 		Rand:        rand.New(rand.NewPCG(h.w.rngUint(), h.w.rngUint())),
-		MayAnnounce: daemon.MayAnnounce(daemon.WithFresh(orders, fresh)),
+		MayAnnounce: daemon.MayGo(daemon.WithFresh(orders, fresh)),
 		Held:        steer.HoldIn,
 		OwnWatched:  watch.OwnNode,
 	})

@@ -130,7 +130,8 @@ func (w *World) liftHoldAfter(h *Host, d time.Duration) {
 	w.tracef(h.Name, "the operator lifts its hold")
 }
 
-// checkOrders: no node announces or starts its cordon while the cluster
+// checkOrders: no node announces, takes a slot (the commit cordons) or
+// starts the cordon of a slot an earlier version took while the cluster
 // is paused (past ordersLag), and none takes a slot or starts its cordon
 // on a version of its Node that carries the hold label: those writes are
 // conditional on that version, which the lock checks (lock.Options.Held),
@@ -165,9 +166,10 @@ func (w *World) checkOrders(r api.Revision, prev *corev1.Node) {
 	if held {
 		w.violate("%s %s on a version of its Node that is held", n.Name, step)
 	}
-	// The pause is read fresh before the announce and the cordon; the
-	// commit between them does not look.
-	if step != "took a slot" && w.orders.paused(r.At) {
+	// The pause is read fresh before the announce and the commit (the
+	// cordon); only a commit of an earlier version's, which cordoned in
+	// a write of its own, did not look.
+	if (step != "took a slot" || c.Phase != claim.PhaseAcquired) && w.orders.paused(r.At) {
 		w.violate("%s %s while paused", n.Name, step)
 	}
 }

@@ -333,10 +333,11 @@ func TestRegressions(t *testing.T) {
 		},
 		fired: traced("just after the abort's uncordon"),
 	}, {
-		// A blocker says no right after the commit: the slot is given
-		// back before the cordon (checkRelease allows that release), and
-		// the node goes once the blocker is gone.
-		name: "blocked right after taking the slot",
+		// A blocker says no right after the announce: the last look,
+		// between the verify and the commit, sees it; the node steps
+		// back and leaves the queue without taking the slot, and goes
+		// once the blocker is gone.
+		name: "blocked right after the announce",
 		opts: func() Options {
 			o := base(2)
 			o.Script = func(w *World) {
@@ -345,6 +346,7 @@ func TestRegressions(t *testing.T) {
 						return nil, false
 					}
 					w.host(r.Node.Name).blockFor(2 * time.Minute)
+					w.noteFault(r.Node.Name)
 					w.tracef(r.Node.Name, "a blocker says no for 2m0s, just after it announced (scenario)")
 					return nil, true
 				})
@@ -353,8 +355,9 @@ func TestRegressions(t *testing.T) {
 		},
 		fired: traced("a blocker says no"),
 		check: func(t *testing.T, w *World, res Result) {
-			if !gaveBackUntouched(w) {
-				t.Error("no slot given back before the cordon while blocked")
+			wantEvent("LeftQueue")(t, w, res)
+			if !steppedBack(w) {
+				t.Error("no node stepped back from its announce while blocked")
 			}
 		},
 	}, {
@@ -427,9 +430,10 @@ func TestRegressions(t *testing.T) {
 					n++
 				}
 			}
-			// Most phases; a kill may land after the next phase is
+			// Most phases (draining, with the commit; rebooting; rebooted;
+			// releasing); a kill may land after the next phase is
 			// written, or on a machine already going down.
-			return n >= 4
+			return n >= 3
 		},
 	}, {
 		// An admin breaks the claim just after the announce (the label
@@ -527,13 +531,14 @@ func TestRegressions(t *testing.T) {
 			wantEvent("Paused")(t, w, res)
 		},
 	}, {
-		// The pause lands right as a node has taken its slot, before its
-		// cordon, and its daemon dies at the cordon's write (restarted 2 s
-		// later): the restarted daemon's look before the cordon reads the
-		// orders afresh, and the node gives the slot back, untouched; the
-		// roll waits. (In one process, a look within a second of the one
-		// right before the announce answers the cordon's: docs/claims.md.)
-		name: "pause just after a node took its slot",
+		// The pause lands right as a node has announced, and its daemon
+		// dies at its next write (restarted 2 s later): the restarted
+		// daemon's last look before the commit reads the orders afresh,
+		// and the node steps back, keeping its place, without taking the
+		// slot; the roll waits. (In one process, a look within a second
+		// of the one right before the announce answers the commit's:
+		// docs/claims.md.)
+		name: "pause just after a node announced",
 		opts: func() Options {
 			o := base(3)
 			o.Script = func(w *World) {
@@ -541,10 +546,12 @@ func TestRegressions(t *testing.T) {
 				armed.Store(true)
 				var victim atomic.Value // the node's name, until its daemon died
 				w.store.Faults.Interpose = func(r api.Revision) func(*corev1.Node) {
-					if !untouched(r.Node) || !armed.CompareAndSwap(true, false) {
+					c, err := claim.Parse(r.Node.Labels[claim.Label], r.Node.Annotations[claim.Annotation])
+					if err != nil || c.State != claim.Entering || !armed.CompareAndSwap(true, false) {
 						return nil
 					}
-					w.tracef(r.Node.Name, "took its slot; the operator pauses before its cordon, and its daemon dies at the cordon (scenario)")
+					w.noteFault(r.Node.Name)
+					w.tracef(r.Node.Name, "announced; the operator pauses before its commit, and its daemon dies at its next write (scenario)")
 					victim.Store(r.Node.Name)
 					w.goSafe(func() {
 						w.setPause(5 * time.Minute)
@@ -564,10 +571,10 @@ func TestRegressions(t *testing.T) {
 			}
 			return o
 		},
-		fired: traced("the operator pauses before its cordon"),
+		fired: traced("the operator pauses before its commit"),
 		check: func(t *testing.T, w *World, res Result) {
-			if !gaveBackUntouched(w) {
-				t.Error("no node gave its untouched slot back after the pause")
+			if !steppedBack(w) {
+				t.Error("no node stepped back from its announce after the pause")
 			}
 		},
 	}, {
@@ -668,30 +675,40 @@ func TestRegressions(t *testing.T) {
 			wantEvent("LeftQueue")(t, w, res)
 		},
 	}, {
-		// The operator holds a node in the instant it takes its slot,
-		// while every watch lags 3 s: the last look before the cordon
-		// reads the hold from the watch and misses it; the cordon's own
-		// check, on the version its write is conditional on, refuses,
-		// and the node gives the slot back untouched (checkOrders: no
-		// cordon started on a held version).
-		name: "hold as the slot is taken, the watch late",
+		// The operator holds a node between its verify and its commit,
+		// while every watch lags 3 s: the last look before the commit
+		// reads the hold from the watch and misses it; the commit, on
+		// the version the verify read, meets the conflict, and the next
+		// verify reads the hold and steps back (checkOrders: no slot
+		// taken on a held version). It reboots once the hold is lifted.
+		name: "hold as the commit is sent, the watch late",
 		opts: func() Options {
 			o := base(2)
 			o.Script = func(w *World) {
 				w.store.Faults.WatchLag = func(api.Request) time.Duration { return 3 * time.Second }
-				interposeOnce(w, func(r api.Revision, c claim.Claim) (func(*corev1.Node), bool) {
-					if c.State != claim.Holding || c.Phase != claim.PhaseAcquired {
-						return nil, false
+				var armed atomic.Bool
+				armed.Store(true)
+				w.store.Faults.Before = func(r api.Request) error {
+					name := strings.TrimPrefix(r.Who, api.NodeIdentity(""))
+					if r.Resource != "nodes" || !r.Write() || r.Who != api.NodeIdentity(name) || r.Name != name {
+						return nil
 					}
-					return holdInRevision(w, r.Node.Name, "as it takes its slot"), true
-				})
+					n := w.store.Node(name)
+					if n == nil || n.Labels[claim.Label] != string(claim.Entering) || !armed.CompareAndSwap(true, false) {
+						return nil
+					}
+					w.noteFault(name)
+					_ = w.store.UpdateNode(name, api.Admin, holdInRevision(w, name, "as its commit is sent"))
+					return nil
+				}
 			}
 			return o
 		},
-		fired: traced("the operator holds it as it takes its slot"),
+		fired: traced("the operator holds it as its commit is sent"),
 		check: func(t *testing.T, w *World, res Result) {
-			if !gaveBackUntouched(w) {
-				t.Error("no node gave its untouched slot back after the hold")
+			wantEvent("LeftQueue")(t, w, res)
+			if !steppedBack(w) {
+				t.Error("no node stepped back from its announce after the hold")
 			}
 		},
 	}, {
@@ -1037,25 +1054,24 @@ func stickBudgets(w *World, d time.Duration) {
 	}
 }
 
-// gaveBackUntouched reports whether a node removed its own claim while it
-// held a slot it had done nothing with yet.
-func gaveBackUntouched(w *World) bool {
-	prev := map[string]*corev1.Node{}
-	// untouchedAbort: the node recorded an abort straight from the slot
-	// it had just taken (nothing cordoned), as it gives it back.
-	untouchedAbort := map[string]bool{}
+// steppedBack reports whether the node the scenario's fault hit (while
+// it was entering) made its next write of its claim a step back to
+// waiting, or its removal, rather than the commit.
+func steppedBack(w *World) bool {
+	w.faultMu.Lock()
+	node, at := w.faulted, w.faultedAt
+	w.faultMu.Unlock()
 	for _, r := range w.store.Revisions() {
-		p := prev[r.Node.Name]
-		mine := r.By == api.NodeIdentity(r.Node.Name)
-		switch {
-		case p != nil && untouched(p) && mine && aborted(r.Node) && !r.Node.Spec.Unschedulable:
-			untouchedAbort[r.Node.Name] = true
-		case p != nil && untouchedAbort[r.Node.Name] && mine && r.Node.Labels[claim.Label] == "":
-			return true
-		case r.Node.Labels[claim.Label] != string(claim.Holding):
-			untouchedAbort[r.Node.Name] = false
+		if r.Node.Name != node || r.At.Before(at) || r.By != api.NodeIdentity(node) {
+			continue
 		}
-		prev[r.Node.Name] = r.Node
+		switch claim.State(r.Node.Labels[claim.Label]) {
+		case claim.Entering:
+			continue // the revision the fault came in
+		case claim.Waiting, "":
+			return true
+		}
+		return false
 	}
 	return false
 }

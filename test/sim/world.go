@@ -42,6 +42,11 @@ type World struct {
 	rngMu sync.Mutex
 	rng   *rand.Rand
 
+	// faulted: the node a scenario's fault hit, and when (noteFault).
+	faultMu   sync.Mutex
+	faulted   string
+	faultedAt time.Time
+
 	wg      sync.WaitGroup
 	clients clientSet
 	logs    *logs
@@ -124,6 +129,13 @@ func (w *World) tracef(node, format string, args ...any) {
 	w.mu.Lock()
 	w.trace = append(w.trace, line)
 	w.mu.Unlock()
+}
+
+// noteFault records the node a scenario's fault hit, now, for its check.
+func (w *World) noteFault(node string) {
+	w.faultMu.Lock()
+	defer w.faultMu.Unlock()
+	w.faulted, w.faultedAt = node, time.Now()
 }
 
 func (w *World) violate(format string, args ...any) {
@@ -417,8 +429,9 @@ func (w *World) checkRelease(r api.Revision, prev *corev1.Node) {
 	}
 }
 
-// untouched: the slot was taken and nothing done with it yet (a blocker
-// that said no right after the commit gives it back before the cordon).
+// untouched: the slot was taken and nothing done with it yet: a slot an
+// earlier version took, whose commit did not cordon, given back when a
+// blocker says no before the cordon.
 func untouched(n *corev1.Node) bool {
 	c, err := claim.Parse(n.Labels[claim.Label], n.Annotations[claim.Annotation])
 	return err == nil && c.State == claim.Holding && c.Phase == claim.PhaseAcquired

@@ -60,16 +60,17 @@ func slowProxy(t *testing.T, target string, delay time.Duration) string {
 }
 
 // TestKillAnywhere kills the daemon (SIGKILL, then restarted, as systemd
-// does) in each phase of one node's cycle: waiting, entering, holding
-// before the cordon, cordoned, draining, after the reboot before the
+// does) in each phase of one node's cycle: waiting, entering (at the
+// blockers' last look), holding cordoned (the commit cordons) before the
+// drain, draining, after the reboot before the
 // uncordon, and during the release delay. The node must still reboot
 // exactly once, be uncordoned and released; the auditor checks every
 // revision.
 func TestKillAnywhere(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	healthy := filepath.Join(t.TempDir(), "healthy")
-	// A Prometheus that answers slowly keeps the node in the phase before
-	// the cordon (the blockers are checked again there) for a while.
+	// A Prometheus that answers slowly keeps the node entering, at the
+	// blockers' last look between its verify and its commit, a while.
 	prom := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(1500 * time.Millisecond)
 		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"vector","result":[]}}`))
@@ -140,9 +141,6 @@ func TestKillAnywhere(t *testing.T) {
 	boot := target.h.BootID()
 	kill("waiting", func(st claim.State, _ claim.Claim) bool { return st == claim.Waiting })
 	kill("entering", func(st claim.State, _ claim.Claim) bool { return st == claim.Entering })
-	kill("holding, before the cordon", func(st claim.State, c claim.Claim) bool {
-		return st == claim.Holding && c.Phase == claim.PhaseAcquired
-	})
 	kill("cordoned, before the drain", func(st claim.State, c claim.Claim) bool {
 		return st == claim.Holding && c.Phase == claim.PhaseCordoned && target.h.BootID() == boot
 	})

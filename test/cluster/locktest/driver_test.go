@@ -177,7 +177,7 @@ func (d *driver) run(ctx context.Context) error {
 			if err := d.step(ctx); err != nil {
 				return err
 			}
-			if _, err := l.Acquire(ctx); err != nil && !errors.Is(err, lock.ErrLost) && !errors.Is(err, lock.ErrNotJoined) {
+			if _, err := l.Acquire(ctx, lock.Take{}); err != nil && !errors.Is(err, lock.ErrLost) && !errors.Is(err, lock.ErrNotJoined) {
 				return err
 			}
 		case claim.Holding:
@@ -235,14 +235,8 @@ func (d *driver) hold1(ctx context.Context, l *lock.Lock, c claim.Claim) error {
 	if err := d.step(ctx); err != nil {
 		return err
 	}
-	// The claim writes are conditional, so each confirms the claim; the
-	// first cordons the node in the same write (as the daemon's cycle
-	// does).
-	if c.Phase == claim.PhaseAcquired {
-		if _, err := l.Cordon(ctx, claim.PhaseCordoned, marks.Change{}); err != nil {
-			return err
-		}
-	}
+	// The commit cordoned the node (lock.Take); the claim writes are
+	// conditional, so each confirms the claim.
 	if err := d.sleep(ctx, d.hold); err != nil {
 		return err
 	}

@@ -1003,7 +1003,7 @@ func TestMarkStopped(t *testing.T) {
 	if _, _, err := l.Own(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Acquire(ctx); err != nil {
+	if _, err := l.Acquire(ctx, lock.Take{}); err != nil {
 		t.Fatal(err)
 	}
 	if v, ok := labels()[queue.StoppedLabel]; ok {
