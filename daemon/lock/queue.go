@@ -36,8 +36,21 @@ func besides(read, more []*corev1.Node) []*corev1.Node {
 // label but waiting (an unknown value counts as holding).
 var activeSelector = claim.Label + "," + claim.Label + "!=" + string(claim.Waiting)
 
-// frontSelector selects the waiting nodes of every class's front.
+// frontSelector selects the nodes that carry the front label: the
+// waiting nodes of every class's front, and the active ones that came
+// through it (a node keeps its label through its slot).
 var frontSelector = queue.FrontLabel
+
+// The watch and the Lists divide the active claims between them so that
+// each is received once. The watch of the front has the active nodes that
+// came through it, each change of theirs in one event; the watch of the
+// active claims has only the others (an earlier version's, an admin's).
+// A List of the front has only its waiting nodes: the List of the active
+// claims, the safety argument's read, has every active claim.
+var (
+	activeBesideFrontSelector = activeSelector + ",!" + queue.FrontLabel
+	frontWaitingSelector      = queue.FrontLabel + "," + claim.Label + "=" + string(claim.Waiting)
+)
 
 // listBinding lists the claims that bind a node publishing limits own:
 // the active ones, and the waiting ones that publish other limits; with
@@ -55,7 +68,7 @@ func (l *Lock) listBinding(ctx context.Context, own claim.Limits, consistent, fr
 	}
 	more := []string{otherLimitsSelector(own)}
 	if front {
-		more = append(more, frontSelector)
+		more = append(more, frontWaitingSelector)
 	}
 	for _, sel := range more {
 		read, _, err := l.listNodes(ctx, sel, at, metav1.ResourceVersionMatchExact)

@@ -17,10 +17,11 @@ import (
 )
 
 // nodeWatch is the watch of a node in the front of the queue: one
-// informer on the active claims (activeSelector), one on the waiting ones
-// that publish other limits than this node's (otherLimitsSelector), one
-// on the front (frontSelector). They are few, where the claimed nodes are
-// the whole queue.
+// informer on the front (frontSelector: its waiting nodes and the active
+// ones that came through it), one on the other active claims
+// (activeBesideFrontSelector), one on the waiting ones that publish other
+// limits than this node's (otherLimitsSelector). They are few, where the
+// claimed nodes are the whole queue.
 type nodeWatch struct {
 	// own is the digest of the limits it was set up for.
 	own string
@@ -50,8 +51,8 @@ type watchPart struct {
 }
 
 // list is what the informers hold, each node once, as the newest
-// version any of them has (a member of the front that announced is in
-// the front's and the active claims' caches, one of which may lag).
+// version any of them has (a node whose front label an admin removed
+// while it holds a slot moves from one cache to another, which may lag).
 func (w *nodeWatch) list() []*corev1.Node {
 	var out []*corev1.Node
 	at := map[string]int{}
@@ -153,7 +154,7 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 		return nil
 	}
 	own := l.current().claim.Limits
-	nw, err := l.newNodeWatch(claim.LimitsDigest(own), activeSelector, otherLimitsSelector(own), frontSelector)
+	nw, err := l.newNodeWatch(claim.LimitsDigest(own), frontSelector, activeBesideFrontSelector, otherLimitsSelector(own))
 	if err != nil {
 		return fmt.Errorf("watch claimed nodes: %w", err)
 	}
