@@ -370,7 +370,10 @@ func (l *Lock) announce(ctx context.Context) error {
 		c := cur.claim
 		c.Limits = l.published(c.Limits)
 		c.Groups = groupValues(cur.labels, c.Limits.Groups)
-		_, err := l.write(ctx, claim.Entering, c)
+		// With the front label: a node admitted at its first look in the
+		// front has not written it yet, and the verify reads the front
+		// from the watch once it holds the announce.
+		_, err := l.writeClaim(ctx, claim.Entering, c, keepSchedule, queue.RoleIn, marks.Change{})
 		if err == nil {
 			l.log.Info("eligible: announcing (entering)")
 			return nil
@@ -397,14 +400,19 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 		}
 		cur = l.current()
 	}
-	// Consistently, the active claims (the safety argument's read), the
-	// waiting ones that publish other limits than this node's (they bind
-	// too, and lower a limit only if they differ) and the front (their
-	// place, for Yield).
-	nodes, _, err := l.listBinding(ctx, cur.claim.Limits, true, true)
+	// Consistently, the active claims (the safety argument's read) and
+	// the waiting ones that publish other limits than this node's (they
+	// bind too, and lower a limit only if they differ); and the front's
+	// waiting members (their places, for Yield), from the watch when it
+	// holds the announce. The watch is read first: it is then at a
+	// revision no later than the Lists', and a member of the front that
+	// entered in between is in the List of the active claims.
+	front, watched := l.frontAfter(ctx, cur)
+	nodes, _, err := l.listBinding(ctx, cur.claim.Limits, true, !watched)
 	if err != nil {
 		return claim.Verdict{}, fmt.Errorf("verify: %w", err)
 	}
+	nodes = append(nodes, besides(nodes, waitingOf(front))...)
 	self := announced(nodes, l.o.Node, cur)
 	if self == nil {
 		// Not the entering claim we announced, label and annotation (an

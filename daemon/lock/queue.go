@@ -80,6 +80,14 @@ func (l *Lock) listBinding(ctx context.Context, own claim.Limits, consistent, fr
 	return nodes, at, nil
 }
 
+// waitingOf is the nodes of nodes whose claim label says waiting, as
+// frontWaitingSelector selects them.
+func waitingOf(nodes []*corev1.Node) []*corev1.Node {
+	return slices.DeleteFunc(nodes, func(n *corev1.Node) bool {
+		return n.Labels[claim.Label] != string(claim.Waiting)
+	})
+}
+
 // otherLimitsSelector selects the waiting claims that publish other
 // limits than own, and those without the digest label.
 func otherLimitsSelector(own claim.Limits) string {

@@ -29,8 +29,10 @@ type nodeWatch struct {
 	// miss what changed before its caches filled.
 	started time.Time
 	parts   []*watchPart
-	stop    func()
-	mu      sync.Mutex
+	// front is the part that watches the front (frontSelector).
+	front *watchPart
+	stop  func()
+	mu    sync.Mutex
 	// lastEvent is when it last delivered a change (or filled its cache).
 	lastEvent time.Time
 	now       func() time.Time
@@ -154,7 +156,7 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 		return nil
 	}
 	own := l.current().claim.Limits
-	nw, err := l.newNodeWatch(claim.LimitsDigest(own), frontSelector, activeBesideFrontSelector, otherLimitsSelector(own))
+	nw, err := l.newNodeWatch(own)
 	if err != nil {
 		return fmt.Errorf("watch claimed nodes: %w", err)
 	}
@@ -196,12 +198,14 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 	return nil
 }
 
-// newNodeWatch builds an informer for each selector, not yet running:
-// Node metadata when Metadata is set (readiness is read apart:
-// probeAhead), slimmed objects, a broken watch remembered, a wake-up only
-// for a change the queue reads.
-func (l *Lock) newNodeWatch(own string, selectors ...string) (*nodeWatch, error) {
-	nw := &nodeWatch{own: own, now: l.o.Now, started: l.o.Now()}
+// newNodeWatch builds the watch of a node in the front that publishes
+// limits own, an informer for each selector, not yet running: Node
+// metadata when Metadata is set (readiness is read apart: probeAhead),
+// slimmed objects, a broken watch remembered, a wake-up only for a change
+// the queue reads.
+func (l *Lock) newNodeWatch(own claim.Limits) (*nodeWatch, error) {
+	nw := &nodeWatch{own: claim.LimitsDigest(own), now: l.o.Now, started: l.o.Now()}
+	selectors := []string{frontSelector, activeBesideFrontSelector, otherLimitsSelector(own)}
 	notify := func(any) {
 		nw.mu.Lock()
 		nw.lastEvent = nw.now()
@@ -245,7 +249,50 @@ func (l *Lock) newNodeWatch(own string, selectors ...string) (*nodeWatch, error)
 		}
 		nw.parts = append(nw.parts, p)
 	}
+	nw.front = nw.parts[0]
 	return nw, nil
+}
+
+// announceSeen is how long the verify waits for the watch of the front
+// to deliver the announce before it reads the front with a List: the
+// event comes a few milliseconds after the write's reply.
+const announceSeen = 500 * time.Millisecond
+
+// frontAfter is the front as the watch holds it once its cache holds
+// this node's announce (cur), waiting announceSeen at most: the front at
+// a revision after the announce, as the verify's List of the front was.
+// (A node announces with its front label, and keeps it through its slot,
+// so each change of a member's is in this one watch, in order.) False
+// without a live watch, or one later than that.
+func (l *Lock) frontAfter(ctx context.Context, cur ownClaim) ([]*corev1.Node, bool) {
+	w := l.watching()
+	if w == nil {
+		return nil, false
+	}
+	t := time.NewTimer(announceSeen)
+	defer t.Stop()
+	for {
+		if w.stale() {
+			return nil, false
+		}
+		var nodes []*corev1.Node
+		for _, obj := range w.front.inf.GetIndexer().List() {
+			if n, ok := obj.(*corev1.Node); ok {
+				nodes = append(nodes, n)
+			}
+		}
+		if announced(nodes, l.o.Node, cur) != nil {
+			return nodes, true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-t.C:
+			return nil, false
+		case <-l.changed:
+			// A change the verify's Lists show anyway.
+		}
+	}
 }
 
 // slim keeps of a watched Node what the queue reads (name, labels,
