@@ -186,10 +186,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 			failures = 0
 		default:
 			failures++
-			// At most 15 s: after an outage of the API server, a waiting
-			// node must take a free slot within the recovery bound
+			// At most stepRetryMax: after an outage of the API server, a
+			// waiting node must take a free slot within the bound
 			// docs/claims.md states ("No idle slot").
-			wait := min(time.Duration(failures)*5*time.Second, 15*time.Second)
+			wait := min(time.Duration(failures)*2*time.Second, stepRetryMax)
 			log.Error("step failed; trying again", "err", err, "retry_in", wait)
 			d.countError("step")
 			d.setManagerStatus("error: " + firstLine(err.Error()) + " (retrying)")
@@ -200,6 +200,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	log.Info("stopping", "reason", context.Cause(ctx))
 	return nil
 }
+
+// stepRetryMax is the longest wait before a failed step is tried again:
+// a waiting node takes a slot within 10 s of the API server's return
+// from an outage, and the step after the retry reads the queue directly
+// (its watch is stale then) in a round trip or two.
+const stepRetryMax = 6 * time.Second
 
 // ordersFill is how long start waits for the watch of the orders to fill
 // its cache: long enough for an API server under load, short enough that

@@ -81,7 +81,15 @@ func (d *Daemon) idle(ctx context.Context, log *slog.Logger) error {
 		d.tellNeeded(ctx, log, ReasonRebootRequired, why)
 		d.setStateMetric("blocked")
 		d.reportBlocked(ctx, log, blocked)
-		return d.waitChange(ctx, d.recheck())
+		wait := d.recheck()
+		if block.Failed(blocked) {
+			// A check that could not be made is made again as soon as
+			// a failed step is tried again: once an outage of the API
+			// server ends, a node takes a free slot within the bound
+			// docs/claims.md states ("No idle slot").
+			wait = min(wait, stepRetryMax)
+		}
+		return d.waitChange(ctx, wait)
 	}
 	d.setManagerStatus("reboot needed: joining the queue")
 	mark, marked := d.neededMark()

@@ -7,6 +7,7 @@ package block
 
 import (
 	"context"
+	"slices"
 	"strings"
 )
 
@@ -23,6 +24,9 @@ type Blocker interface {
 type Blocked struct {
 	Kind   string
 	Reason string
+	// Failed says the check could not be made (the API server or
+	// Prometheus unreachable): it is tried again sooner.
+	Failed bool
 }
 
 func (b Blocked) String() string { return b.Kind + ": " + b.Reason }
@@ -36,12 +40,17 @@ func Check(ctx context.Context, bs []Blocker) []Blocked {
 		reason, err := b.Check(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			out = append(out, Blocked{b.Kind(), "cannot tell, so waiting: " + err.Error()})
+			out = append(out, Blocked{b.Kind(), "cannot tell, so waiting: " + err.Error(), true})
 		case reason != "":
-			out = append(out, Blocked{b.Kind(), reason})
+			out = append(out, Blocked{Kind: b.Kind(), Reason: reason})
 		}
 	}
 	return out
+}
+
+// Failed reports whether any check in bs could not be made.
+func Failed(bs []Blocked) bool {
+	return slices.ContainsFunc(bs, func(b Blocked) bool { return b.Failed })
 }
 
 // Summary joins the reasons into one line.

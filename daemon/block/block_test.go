@@ -270,6 +270,14 @@ func TestCheckFailsSafe(t *testing.T) {
 	if s := Summary(got); !strings.HasPrefix(s, "alerts: cannot tell, so waiting: ") {
 		t.Errorf("summary %q", s)
 	}
+	if !Failed(got) {
+		t.Errorf("blocked %+v: want the check that could not be made marked Failed (it is tried again sooner)", got)
+	}
+	// A window that is closed blocks, and its check was made.
+	closed := Check(context.Background(), []Blocker{&Window{Days: []time.Weekday{}, Start: 0, End: 86400, Loc: time.UTC}})
+	if len(closed) != 1 || Failed(closed) {
+		t.Errorf("closed window: blocked %+v, want one block, not Failed", closed)
+	}
 }
 
 // TestInhibitors on a real private bus with the logind stand-in.

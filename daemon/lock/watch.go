@@ -144,7 +144,7 @@ func (w *nodeWatch) stale() bool {
 // meanwhile the watch is stale and the queue is read directly, so that a
 // waiting node still takes a free slot within the bound docs/claims.md
 // states.
-const syncWait = 5 * time.Second
+const syncWait = 2 * time.Second
 
 // ensureWatch starts the watch of the claims that bind this node if it is
 // not running, and returns once its caches are filled, or after syncWait

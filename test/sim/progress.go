@@ -9,13 +9,10 @@ import (
 
 // TakeBound is how soon a waiting node whose daemon runs takes a slot it
 // may take (docs/claims.md, "No idle slot"): at most this long after the
-// slot became free to it; and RecoverBound after its daemon (re)started,
-// after the API server came back from an outage, or after an operator
-// lifted what kept it out, whichever is later.
-const (
-	TakeBound    = 10 * time.Second
-	RecoverBound = 40 * time.Second
-)
+// slot became free to it, after its daemon (re)started, after the API
+// server came back from an outage, or after its next look once an
+// operator lifted what kept it out, whichever is later.
+const TakeBound = 10 * time.Second
 
 // watchProgress checks, every second, that no slot stays free while a
 // waiting node that may take it does not: eligible in the queue as every
@@ -80,7 +77,7 @@ func (w *World) watchProgress() {
 				continue
 			}
 			wait, recovered := now.Sub(since[name]), now.Sub(maxTime(started, lastOutage, lifted))
-			if wait > TakeBound && recovered > RecoverBound && !w.reported(name, since[name]) {
+			if wait > TakeBound && recovered > TakeBound && !w.reported(name, since[name]) {
 				w.violate("%s may take a free slot since %s and has not, %s later (its daemon runs)", name, fmtDur(since[name].Sub(w.start)), wait.Round(time.Second))
 			}
 		}
