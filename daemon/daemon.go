@@ -222,6 +222,7 @@ func (d *Daemon) start(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	if d.OrdersWatch != nil {
+		d.OrdersWatch.OnChange = d.wake
 		d.OrdersWatch.Run(ctx)
 		if !d.OrdersWatch.Filled(ctx, ordersFill) {
 			log.Debug("the watch of the orders has not filled its cache yet; reading them directly meanwhile")
@@ -322,6 +323,15 @@ func (d *Daemon) waitChange(ctx context.Context, t time.Duration) error {
 	case <-timer.C:
 	}
 	return nil
+}
+
+// wake ends a wait for a change (waitChange) now: the sentinel or the
+// operator's orders changed.
+func (d *Daemon) wake() {
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
 }
 
 func sleep(ctx context.Context, t time.Duration) error {

@@ -43,10 +43,7 @@ func (d *Daemon) setNeeded(needed bool, err error, log *slog.Logger) {
 	default:
 		log.Info("no reboot needed", "sentinel", d.Sentinel.String())
 	}
-	select {
-	case d.changed <- struct{}{}:
-	default:
-	}
+	d.wake()
 }
 
 func (d *Daemon) rebootNeeded() (bool, error) {
@@ -169,6 +166,9 @@ func (d *Daemon) acquire(ctx context.Context, log *slog.Logger) error {
 			d.showQueue(d.Lock.Status())
 			continue
 		case <-d.changed:
+			// The sentinel or the orders changed (a pause lifted): look
+			// now, not at the next recheck.
+			looks.last = time.Time{}
 		case <-tick.C:
 		}
 		d.showQueue(d.Lock.Status())

@@ -3,6 +3,7 @@ package steer
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -37,6 +38,11 @@ type Watch struct {
 	Metadata metadata.Interface
 	Node     string
 	Log      *slog.Logger
+	// OnChange, when set, is called when an order may have changed (the
+	// ConfigMap's data, the Node's hold): a node that waits on a pause
+	// or a hold looks again at once, not at its next recheck. Set it
+	// before Run.
+	OnChange func()
 
 	once     sync.Once
 	cm, node *watched
@@ -99,8 +105,39 @@ func (w *Watch) start(ctx context.Context, what string, lw *cache.ListWatch, exa
 		}
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 	})
+	if w.OnChange != nil {
+		changed := func(any) { w.OnChange() }
+		_, _ = wd.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: changed, DeleteFunc: changed,
+			UpdateFunc: func(o, n any) {
+				if !sameOrders(o, n) {
+					w.OnChange()
+				}
+			},
+		})
+	}
 	go wd.inf.RunWithContext(ictx)
 	return wd
+}
+
+// sameOrders reports whether an update left the orders as they were: a
+// ConfigMap's data (the pause, the settings), a Node's hold (not its
+// claim, which this node's own writes change, nor its status).
+func sameOrders(a, b any) bool {
+	switch a := a.(type) {
+	case *corev1.ConfigMap:
+		b, ok := b.(*corev1.ConfigMap)
+		return ok && maps.Equal(a.Data, b.Data)
+	case metav1.Object:
+		b, ok := b.(metav1.Object)
+		if !ok {
+			return false
+		}
+		ha, heldA := HoldOf(a)
+		hb, heldB := HoldOf(b)
+		return heldA == heldB && ha.Reason == hb.Reason && ha.By == hb.By && ha.Since.Equal(hb.Since)
+	}
+	return false
 }
 
 // live reports whether the cache can be read: filled, a watch open (one

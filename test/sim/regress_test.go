@@ -489,7 +489,9 @@ func TestRegressions(t *testing.T) {
 		// than lock.waiting_grace (2 min): no node announces while
 		// paused (checkOrders), and after the pause the nodes take their
 		// slots in their old order: none is passed over as silent for
-		// having waited out the pause in its turn.
+		// having waited out the pause in its turn. A node announces
+		// within TakeBound of the pause's end: the watch of the orders
+		// wakes them (they look at the pause every 20 s or 1 min).
 		name: "pause mid-roll keeps the queue's order",
 		opts: func() Options {
 			o := base(5)
@@ -527,6 +529,14 @@ func TestRegressions(t *testing.T) {
 						a.node, fmtDur(a.at.Sub(w.start)), a.since.Sub(w.start), last.Sub(w.start))
 				}
 				last = a.since
+			}
+			w.orders.mu.Lock()
+			resumed := w.orders.resumed
+			w.orders.mu.Unlock()
+			if i := slices.IndexFunc(announces(w), func(a announce) bool { return !a.at.Before(resumed) }); i < 0 {
+				t.Error("no node announced after the pause")
+			} else if a := announces(w)[i]; a.at.Sub(resumed) > TakeBound {
+				t.Errorf("%s announced %s after the pause ended; want within %s", a.node, a.at.Sub(resumed), TakeBound)
 			}
 			wantEvent("Paused")(t, w, res)
 		},
