@@ -59,11 +59,7 @@ func (w *nodeWatch) list() []*corev1.Node {
 	var out []*corev1.Node
 	at := map[string]int{}
 	for _, p := range w.parts {
-		for _, obj := range p.inf.GetIndexer().List() {
-			n, ok := obj.(*corev1.Node)
-			if !ok {
-				continue
-			}
+		for _, n := range p.nodes() {
 			i, seen := at[n.Name]
 			switch {
 			case !seen:
@@ -72,6 +68,17 @@ func (w *nodeWatch) list() []*corev1.Node {
 			case newer(n.ResourceVersion, out[i].ResourceVersion):
 				out[i] = n
 			}
+		}
+	}
+	return out
+}
+
+// nodes is what the informer's cache holds.
+func (p *watchPart) nodes() []*corev1.Node {
+	var out []*corev1.Node
+	for _, obj := range p.inf.GetIndexer().List() {
+		if n, ok := obj.(*corev1.Node); ok {
+			out = append(out, n)
 		}
 	}
 	return out
@@ -275,12 +282,7 @@ func (l *Lock) frontAfter(ctx context.Context, cur ownClaim) ([]*corev1.Node, bo
 		if w.stale() {
 			return nil, false
 		}
-		var nodes []*corev1.Node
-		for _, obj := range w.front.inf.GetIndexer().List() {
-			if n, ok := obj.(*corev1.Node); ok {
-				nodes = append(nodes, n)
-			}
-		}
+		nodes := w.front.nodes()
 		if announced(nodes, l.o.Node, cur) != nil {
 			return nodes, true
 		}
