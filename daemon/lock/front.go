@@ -225,68 +225,39 @@ func (l *Lock) writeRole(ctx context.Context, role queue.Role) error {
 	}
 }
 
-// resyncEvery is how long, at the least, a node behind the front follows
-// one predecessor before it reads its class again (jittered up to twice
-// that): the repair for what a watch missed, and for a predecessor at the
-// head of its class that never comes into the front (a daemon that
-// hangs). Each resync that finds nothing changed doubles it, up to
-// resyncMaxShift doublings, until the predecessor moves: a node far back
-// in a long queue waits for hours, and a resync at a fixed period made
-// its cost grow with its wait, and a roll's with the square of its nodes.
-const (
-	resyncEvery    = 10 * time.Minute
-	resyncMaxShift = 3 // 80 minutes
-)
-
-// follow waits behind the front: it finds its predecessor and watches it
-// until it should come into the front (true), or its claim is no longer
+// follow waits behind the front as a queue.Follower decides: it does the
+// Follower's reads and watch and gives it what they showed, until this
+// node should come into the front (true) or its claim is no longer
 // waiting (false). left is when this node last left the front.
 func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
-	// ahead are the live members of the class ahead of this node that the
-	// last read found, nearest first, not yet followed: when the one
-	// followed turns out NotReady or stopped (a read of metadata does not
-	// show readiness), the next is followed without another read. A
-	// class whose members were all NotReady cost a read per member.
-	var ahead []claim.Participant
-	var r resyncs
-	for {
-		if l.current().state != claim.Waiting {
-			return false, nil
+	f := queue.NewFollower(l.self(), left.Add(reenterAfter), l.jitter)
+	var w predWatch
+	defer w.stop()
+	for a := f.Start(); l.current().state == claim.Waiting; {
+		var ev queue.FollowEvent
+		var err error
+		switch a.Kind {
+		case queue.EnterFront:
+			l.log.Debug("coming into the front of the queue", "why", a.Why)
+			return true, nil
+		case queue.ReadAhead:
+			ev.Kind = queue.Found
+			ev.Read, err = l.readAhead(ctx, a.Of, a.Span)
+		case queue.RecheckOwn:
+			ev.Kind = queue.Rechecked
+			err = l.recheckOwn(ctx)
+			ev.Self = l.self()
+		case queue.WatchPred:
+			l.setStatus(Status{State: claim.Waiting, Position: -1, Behind: a.Pred, Reason: "behind the front of the queue"})
+			ev, err = l.watchPred(ctx, &w, a.Pred, a.Wake)
 		}
-		self := l.self()
-		if len(ahead) == 0 {
-			var err error
-			if ahead, r.span, err = l.findAhead(ctx, self, r.span); err != nil {
-				return false, err
-			}
-		}
-		if len(ahead) == 0 {
-			return true, nil // the first live member of its class
-		}
-		pred := ahead[0]
-		ahead = ahead[1:]
-		if r.due && queue.RoleOf(pred.Labels) == queue.RoleBehind {
-			r.due = false
-			if enter, err := l.headsOutside(ctx, pred); enter || err != nil {
-				return enter, err
-			}
-		}
-		l.setStatus(Status{State: claim.Waiting, Position: -1, Behind: pred.Name, Reason: "behind the front of the queue"})
-		move, why, err := l.followOne(ctx, self, pred.Name, left.Add(reenterAfter), r.every(pred.Name))
-		switch {
-		case err != nil || move == queue.Enter:
-			return move == queue.Enter, err
-		case why == cannotGo:
-			continue // the next one ahead, as read
-		}
-		ahead = nil
-		if !r.after(pred.Name, why == resyncDue) {
-			continue
-		}
-		if err := l.recheckOwn(ctx); err != nil {
+		if err != nil {
 			return false, err
 		}
+		ev.Now = l.o.Now()
+		a = f.Step(ev)
 	}
+	return false, nil
 }
 
 // recheckOwn reads the own claim again at a resync (an admin may have
@@ -307,165 +278,84 @@ func (l *Lock) recheckOwn(ctx context.Context) error {
 	return err
 }
 
-// resyncs is follow's back-off: each resync that finds the same
-// predecessor doubles the next delay, and the predecessor's moving
-// starts it again, with the search from the nearest span.
-type resyncs struct {
-	due      bool   // the last follow ended for a resync
-	span     int    // the span that held the predecessor: a resync reads it first
-	quiet    int    // resyncs in a row that found the same predecessor
-	followed string // the predecessor before the last resync
-}
-
-// every is how long to follow pred before the next resync.
-func (r *resyncs) every(pred string) time.Duration {
-	if pred != r.followed {
-		r.quiet = 0 // another predecessor: the resyncs start again
-	}
-	return resyncEvery << min(r.quiet, resyncMaxShift)
-}
-
-// after notes how following pred ended: by a resync (resync) or by its
-// moving. It reports whether it was a resync.
-func (r *resyncs) after(pred string, resync bool) bool {
-	r.due = resync
-	if !resync {
-		r.span, r.quiet = 0, 0 // it moved: the nearest span first
-		return false
-	}
-	r.quiet++
-	r.followed = pred
-	return true
-}
-
-// headsOutside reports whether pred, a waiting member with no front
-// label, heads its class (no live member ahead of it): at the head, yet
-// not in the front for a resync's time, its daemon writes no front label,
-// or hangs. The node behind it then enters the front itself; the front
-// passes the silent one over if it must.
-func (l *Lock) headsOutside(ctx context.Context, pred claim.Participant) (bool, error) {
-	before, _, err := l.findAhead(ctx, pred, 0)
-	if err != nil || len(before) > 0 {
-		return false, err
-	}
-	l.log.Debug("the node ahead heads the queue without coming into the front; entering", "ahead", pred.Name)
-	return true, nil
-}
-
-// findAhead reads the waiting members of p's class just ahead of it, in
-// spans widened from the span from until one holds a live member (or
-// the read reached the class's first place), and returns those, nearest
-// first, and the span that held them. Each read is of a few members, however long the class: a read
-// of the whole class ahead, at each resync of each node behind the front,
-// would make a roll's bytes grow with the square of its nodes.
-func (l *Lock) findAhead(ctx context.Context, p claim.Participant, from int) ([]claim.Participant, int, error) {
-	class := queue.ClassOf(p).Selector()
-	for try := from; ; try++ {
-		span, last := queue.SpanSelector(p.Claim.Since, try)
-		nodes, _, err := l.listNodes(ctx, class+","+span, "0", "")
-		if err != nil {
-			return nil, 0, fmt.Errorf("find the node ahead in the queue: %w", err)
-		}
-		var parse claimCache // not kept: the read is this call's
-		if ahead := queue.Ahead(p, l.distrust(l.applyReadiness(parse.participants(nodes)))); len(ahead) > 0 || last {
-			return ahead, try, nil
-		}
-	}
-}
-
-// Why a node stopped following its predecessor.
-type findReason int
-
-const (
-	changed   findReason = iota // it left the class or its place
-	cannotGo                    // it is NotReady or stopped
-	resyncDue                   // the slow resync's time came
-	ended                       // the watch ended (the API server ends each after 30 to 60 min)
-)
-
-// followOne watches the predecessor name until Follow says to move, or
-// the resync is due resyncIn from now (jittered): a watch that ends is
-// opened again, to the same deadline, its first event the predecessor as
-// it is then.
-func (l *Lock) followOne(ctx context.Context, self claim.Participant, name string, notBefore time.Time, resyncIn time.Duration) (queue.Move, findReason, error) {
-	deadline := l.o.Now().Add(l.jitter(resyncIn))
-	for {
-		opened := l.o.Now()
-		move, why, err := l.watchPredecessor(ctx, self, name, notBefore, deadline)
-		if err != nil || why != ended {
-			return move, why, err
-		}
-		if l.o.Now().Sub(opened) < time.Second {
-			// Ended at once (a server closing watches): not in a loop.
-			if err := sleep(ctx, l.jitter(time.Second)); err != nil {
-				return queue.Stay, changed, err
-			}
-		}
-	}
-}
-
-// watchPredecessor watches the Node of this node's predecessor (whole,
-// for its Ready condition; one object) until Follow says to move: Find
-// when the watch ends or the predecessor leaves, and why; Enter when self
-// should come into the front, but not before notBefore.
-func (l *Lock) watchPredecessor(ctx context.Context, self claim.Participant, name string, notBefore, resyncAt time.Time) (move queue.Move, why findReason, err error) {
-	opts := metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: "0"}
-	w, err := l.o.Client.CoreV1().Nodes().Watch(ctx, opts)
+// readAhead reads the waiting members of p's class in the span-th span
+// of waiting-since ahead of it (queue.SpanSelector): a few members,
+// however long the class. A read of the whole class ahead, at each resync
+// of each node behind the front, would make a roll's bytes grow with the
+// square of its nodes.
+func (l *Lock) readAhead(ctx context.Context, p claim.Participant, span int) ([]claim.Participant, error) {
+	sel, _ := queue.SpanSelector(p.Claim.Since, span)
+	nodes, _, err := l.listNodes(ctx, queue.ClassOf(p).Selector()+","+sel, "0", "")
 	if err != nil {
-		return queue.Find, changed, fmt.Errorf("watch %s, the node ahead in the queue: %w", name, err)
+		return nil, fmt.Errorf("find the node ahead in the queue: %w", err)
 	}
-	defer w.Stop()
-	timer := time.NewTimer(max(resyncAt.Sub(l.o.Now()), 0))
+	var parse claimCache // not kept: the read is this call's
+	return l.distrust(l.applyReadiness(parse.participants(nodes))), nil
+}
+
+// predWatch is the watch of the predecessor's Node (whole, for its Ready
+// condition; one object), kept open while the same node is followed.
+type predWatch struct {
+	name   string
+	w      watch.Interface
+	opened time.Time
+}
+
+func (p *predWatch) stop() {
+	if p.w != nil {
+		p.w.Stop()
+		p.w = nil
+	}
+}
+
+// watchPred waits for the next change of the Node name (opening its
+// watch if it is not open), or for wake. A watch that ends is opened
+// again, its first event the Node as it is then; one that ended at once
+// (a server closing watches), after a second, not in a loop.
+func (l *Lock) watchPred(ctx context.Context, p *predWatch, name string, wake time.Time) (queue.FollowEvent, error) {
+	timer := time.NewTimer(max(wake.Sub(l.o.Now()), 0))
 	defer timer.Stop()
-	var holdOff <-chan time.Time // armed while an enter waits for notBefore
 	for {
+		if p.w == nil || p.name != name {
+			p.stop()
+			opts := metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: "0"}
+			w, err := l.o.Client.CoreV1().Nodes().Watch(ctx, opts)
+			if err != nil {
+				return queue.FollowEvent{}, fmt.Errorf("watch %s, the node ahead in the queue: %w", name, err)
+			}
+			p.name, p.w, p.opened = name, w, l.o.Now()
+		}
 		select {
 		case <-ctx.Done():
-			return queue.Stay, changed, context.Cause(ctx)
+			return queue.FollowEvent{}, context.Cause(ctx)
 		case <-timer.C:
-			return queue.Find, resyncDue, nil
-		case <-holdOff:
-			return queue.Enter, changed, nil
-		case ev, ok := <-w.ResultChan():
+			return queue.FollowEvent{Kind: queue.Woke}, nil
+		case ev, ok := <-p.w.ResultChan():
 			if !ok || ev.Type == watch.Error {
-				return queue.Find, ended, nil
-			}
-			n, isNode := ev.Object.(*corev1.Node)
-			if !isNode {
+				at := p.opened
+				p.stop()
+				if l.o.Now().Sub(at) < time.Second {
+					if err := sleep(ctx, l.jitter(time.Second)); err != nil {
+						return queue.FollowEvent{}, err
+					}
+				}
 				continue
 			}
-			switch m, why := l.predecessorMoved(self, n, ev.Type == watch.Deleted); {
-			case m == queue.Find:
-				return m, why, nil
-			case m == queue.Stay:
-				holdOff = nil
-			case holdOff != nil:
-				// Waiting out notBefore already.
-			case l.o.Now().Before(notBefore):
-				// In, but this node has just left the front for
-				// counting too many ahead: that label may be stale.
-				holdOff = time.After(notBefore.Sub(l.o.Now()))
-			default:
-				return queue.Enter, changed, nil
+			if n, isNode := ev.Object.(*corev1.Node); isNode {
+				return l.predChanged(n, ev.Type == watch.Deleted), nil
 			}
 		}
 	}
 }
 
-// predecessorMoved reads the predecessor n as its watch delivered it
-// (gone: deleted): the move it calls for, and why when it is Find. It
-// notes the predecessor's readiness.
-func (l *Lock) predecessorMoved(self claim.Participant, n *corev1.Node, gone bool) (queue.Move, findReason) {
-	l.ready.note(n.Name, nodeReady(n) && !gone, l.o.Now())
+// predChanged is the predecessor n as its watch delivered it (deleted:
+// gone), for the Follower; it notes n's readiness.
+func (l *Lock) predChanged(n *corev1.Node, deleted bool) queue.FollowEvent {
+	l.ready.note(n.Name, nodeReady(n) && !deleted, l.o.Now())
 	var parse claimCache
-	p := parse.participants([]*corev1.Node{n})
-	if len(p) == 0 {
-		return queue.Find, changed // its claim is gone
+	ps := parse.participants([]*corev1.Node{n})
+	if deleted || len(ps) == 0 {
+		return queue.FollowEvent{Kind: queue.Changed, Pred: claim.Participant{Name: n.Name}, Left: true}
 	}
-	pred := l.distrust(p)[0]
-	m := queue.Follow(self, pred, gone)
-	if m == queue.Find && !gone && !queue.Live(pred, nil) {
-		return m, cannotGo
-	}
-	return m, changed
+	return queue.FollowEvent{Kind: queue.Changed, Pred: l.distrust(ps)[0]}
 }

@@ -229,12 +229,13 @@ func waitingNode(t *testing.T, name, zone string, c claim.Claim, role queue.Role
 	return n
 }
 
-// TestFindAhead: a node behind the front finds the nearest live
-// member of its class ahead of it with a label selector the API server
-// serves (the fake evaluates it as one does): not a member of another
-// zone or of other limits, not one behind it, not one its watch last
-// read NotReady; it reads wider spans back until one holds a member;
-// read from that one, it says whether it heads the class (no live
+// TestFindAhead: a node behind the front, its reads done by the lock
+// (readAhead, a label selector the API server serves: the fake evaluates
+// it as one does) and decided by its queue.Follower, follows the nearest
+// live member of its class ahead of it: not a member of another zone or
+// of other limits, not one behind it, not one read NotReady; it reads
+// wider spans back until one holds a member. At the resync, it enters the
+// front if that one, without a front label, heads the class (no live
 // member ahead of it).
 func TestFindAhead(t *testing.T) {
 	server := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
@@ -258,7 +259,7 @@ func TestFindAhead(t *testing.T) {
 			waitingNode(t, "a3", "zone-a", at(time.Second), queue.RoleBehind),
 		}, nil, "a1", false},
 		{"far ahead: the widest read, which heads the class", []*corev1.Node{
-			waitingNode(t, "a1", "zone-a", at(-time.Hour), queue.RoleIn),
+			waitingNode(t, "a1", "zone-a", at(-time.Hour), queue.RoleBehind),
 		}, nil, "a1", true},
 		{"other limits are another class", []*corev1.Node{
 			waitingNode(t, "x", "zone-a", claim.Claim{Since: server.Add(-time.Second), Updated: server, Limits: claim.Limits{Concurrency: 2}}, queue.RoleBehind),
@@ -288,17 +289,24 @@ func TestFindAhead(t *testing.T) {
 			if _, _, err := l.Own(ctx); err != nil {
 				t.Fatal(err)
 			}
-			ahead, _, err := l.findAhead(ctx, l.self(), 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, head := "", false
-			if len(ahead) > 0 {
-				before, _, err := l.findAhead(ctx, ahead[0], 0)
-				if err != nil {
-					t.Fatal(err)
+			// run does the Follower's reads until it asks for something else.
+			run := func(f *queue.Follower, a queue.FollowAction) queue.FollowAction {
+				for a.Kind == queue.ReadAhead {
+					read, err := l.readAhead(ctx, a.Of, a.Span)
+					if err != nil {
+						t.Fatal(err)
+					}
+					a = f.Step(queue.FollowEvent{Kind: queue.Found, Now: server, Read: read})
 				}
-				got, head = ahead[0].Name, len(before) == 0
+				return a
+			}
+			f := queue.NewFollower(l.self(), time.Time{}, func(d time.Duration) time.Duration { return d })
+			got, head := "", false
+			if a := run(f, f.Start()); a.Kind == queue.WatchPred {
+				got = a.Pred
+				f.Step(queue.FollowEvent{Kind: queue.Woke, Now: a.Wake})
+				a = run(f, f.Step(queue.FollowEvent{Kind: queue.Rechecked, Now: a.Wake, Self: l.self()}))
+				head = a.Kind == queue.EnterFront
 			}
 			if got != tt.want || head != tt.head {
 				t.Errorf("predecessor %q, head %v; want %q, head %v", got, head, tt.want, tt.head)

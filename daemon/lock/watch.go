@@ -14,6 +14,7 @@ import (
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/kube"
+	"github.com/kured-host/kured-host/daemon/queue"
 )
 
 // nodeWatch is the watch of a node in the front of the queue: one
@@ -106,7 +107,7 @@ func (w *nodeWatch) synced() bool {
 // read directly once: a watch can stall without failing (resumed after a
 // compaction, behind a lagging cache). It is the slow resync: a slot
 // freed in a quiet front wakes the watch anyway.
-const watchQuiet = resyncEvery
+const watchQuiet = queue.ResyncEvery
 
 // quiet reports whether the watch has delivered nothing for watchQuiet,
 // and counts the read it calls for as an event: the next is due a
