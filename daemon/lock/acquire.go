@@ -438,7 +438,7 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 			return claim.Verdict{}, Refusal{err}
 		}
 	}
-	ps := l.distrust(l.applyReadiness(l.bindingClaims.participants(nodes)))
+	ps := l.distrust(l.front.Readiness(l.bindingClaims.participants(nodes)))
 	var me claim.Participant
 	for _, p := range ps {
 		if p.Name == l.o.Node {
@@ -446,12 +446,12 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 		}
 	}
 	now, server := l.o.Now(), l.o.ServerNow()
-	l.raiseAlarms(ctx, ps, server, true)
+	l.reportAlarms(ctx, l.front.Alarms(ps, server, true))
 	v := claim.Verify(me, l.ownLimits(), ps, server, l.o.TTL)
 	if v.Decision != claim.StepBack {
 		// Fairness: a node that announced from a stale view gives way to
 		// a waiting node whose turn it is. Stepping back is always safe.
-		if yield, why := claim.Yield(me, ps, server, l.o.TTL, l.silent(now)); yield {
+		if yield, why := claim.Yield(me, ps, server, l.o.TTL, l.front.Silent(now)); yield {
 			return claim.Verdict{Decision: claim.StepBack, Reason: why}, nil
 		}
 	}

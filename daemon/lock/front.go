@@ -56,14 +56,10 @@ func (l *Lock) waitEligible(ctx context.Context) error {
 // simulator's L3b).
 const reenterAfter = 5 * time.Second
 
-// staleLook is how often a node of the front reads directly while its
-// watch is stale (after an outage, until it has caught up).
-const staleLook = 2 * time.Second
-
 // atFront decides, in the front, from the watch of the active claims and
-// the front, until this node is admitted (true) or counts itself behind
-// the edge (false: it has taken its front label off and stopped the
-// watch).
+// the front (queue.Front.Look), until this node is admitted (true) or
+// counts itself behind the edge (false: it has taken its front label off
+// and stopped the watch).
 func (l *Lock) atFront(ctx context.Context) (bool, error) {
 	for {
 		if w := l.watching(); w != nil && w.own != claim.LimitsDigest(l.current().claim.Limits) {
@@ -79,104 +75,27 @@ func (l *Lock) atFront(ctx context.Context) (bool, error) {
 		if l.current().state != claim.Waiting {
 			return true, nil // Acquire decides from what it is now
 		}
-		now := l.o.Now()
-		q, admitted, reportIn := l.look(ctx, snap, now)
-		if admitted {
+		w := l.watching()
+		look := l.front.Look(queue.View{Self: l.self(), Snap: snap, Now: l.o.Now(), Server: l.o.ServerNow(), Stale: w == nil || w.stale()})
+		l.reportAlarms(ctx, look.Alarms)
+		if look.Admitted {
 			return true, nil
 		}
-		read, probeIn := l.probeAhead(ctx, q, now, false)
-		if read {
+		if l.readReady(ctx, look.Probe) {
 			continue // a node ahead read as it is now
 		}
-		self := l.self()
-		role, ahead := queue.Standing(self, snap, l.counts(q, queue.ClassOf(self), now))
-		if err := l.writeRole(ctx, role); err != nil {
+		if err := l.writeRole(ctx, look.Role); err != nil {
 			return false, err
 		}
-		if role == queue.RoleBehind {
+		if look.Role == queue.RoleBehind {
 			l.stopWatch()
-			l.log.Debug("behind the front of the queue: following the node ahead", "ahead_in_class", ahead)
+			l.log.Debug("behind the front of the queue: following the node ahead", "ahead_in_class", look.Ahead)
 			return false, nil
 		}
-		reason := q.Blocked[l.o.Node]
-		if reason == "" {
-			reason = "waiting for the nodes ahead"
-		}
-		l.setStatus(Status{State: claim.Waiting, Position: q.Position(l.o.Node), Reason: reason})
-		if err := l.waitChange(ctx, l.frontWait(soonest(probeIn, reportIn))); err != nil {
+		l.setStatus(Status{State: claim.Waiting, Position: look.Queue.Position(l.o.Node), Reason: look.Reason})
+		if err := l.waitChange(ctx, look.Wait); err != nil {
 			return false, err
 		}
-	}
-}
-
-// frontWait is how long a node of the front waits for a change before it
-// looks again: at least now and then, since the grace for silent nodes
-// and the alarms are about time, not changes; when the readiness of a
-// node ahead is due to be read or this node starts to report alarms
-// (due, if positive); and soon while
-// it reads directly, since then nothing wakes it when a slot is freed
-// (a few nodes of each class do).
-func (l *Lock) frontWait(due time.Duration) time.Duration {
-	wait := l.jitter(min(l.o.WaitingGrace/4, 15*time.Second) + time.Second)
-	if due > 0 {
-		wait = min(wait, due)
-	}
-	if w := l.watching(); w == nil || w.stale() {
-		wait = min(wait, l.jitter(staleLook))
-	}
-	return wait
-}
-
-// look decides from a snapshot of the front: whether this node is
-// admitted, and the queue that says so. It notes who is eligible (for
-// the grace of silent nodes) and raises the alarms it shows; reportIn,
-// when positive, is how soon this node, at the front but not yet
-// settled there (alarmSettle), starts to report them.
-func (l *Lock) look(ctx context.Context, snap []claim.Participant, now time.Time) (q claim.Queue, admitted bool, reportIn time.Duration) {
-	server := l.o.ServerNow()
-	q = claim.EligibilityUpTo(snap, server, l.o.TTL, l.silent(now), l.o.Node)
-	l.noteEligible(q, now)
-	report := reportsAlarms(q, l.o.Node)
-	if unsettled := alarmSettle - server.Sub(l.current().claim.Since); report && unsettled > 0 {
-		report, reportIn = false, unsettled
-	}
-	l.raiseAlarms(ctx, snap, server, report)
-	return q, q.Eligible(l.o.Node), reportIn
-}
-
-// soonest is the earlier of two durations that are positive, or 0 if
-// neither is.
-func soonest(a, b time.Duration) time.Duration {
-	switch {
-	case a <= 0:
-		return b
-	case b <= 0:
-		return a
-	default:
-		return min(a, b)
-	}
-}
-
-// counts says which members of class c ahead of this node hold it back:
-// the live ones, but not one that q shows blocked only in domains of
-// rules c does not name (a rule of another configuration): it keeps no
-// member of c behind it out.
-func (l *Lock) counts(q claim.Queue, c queue.Class, now time.Time) func(claim.Participant) bool {
-	silent := l.silent(now)
-	return func(p claim.Participant) bool {
-		if !queue.Live(p, silent) {
-			return false
-		}
-		in := q.BlockedIn[p.Name]
-		if len(in) == 0 {
-			return true
-		}
-		for _, label := range in {
-			if label == "" || c.Names(label) {
-				return true
-			}
-		}
-		return false
 	}
 }
 
@@ -202,7 +121,7 @@ func (l *Lock) frontSnapshot(ctx context.Context) ([]claim.Participant, error) {
 			return nil, err
 		}
 	}
-	return l.withOwn(l.distrust(l.applyReadiness(l.claims.participants(nodes))), l.current()), nil
+	return l.withOwn(l.distrust(l.front.Readiness(l.claims.participants(nodes))), l.current()), nil
 }
 
 // writeRole writes this node's front label, if it is not role already,
@@ -290,7 +209,7 @@ func (l *Lock) readAhead(ctx context.Context, p claim.Participant, span int) ([]
 		return nil, fmt.Errorf("find the node ahead in the queue: %w", err)
 	}
 	var parse claimCache // not kept: the read is this call's
-	return l.distrust(l.applyReadiness(parse.participants(nodes))), nil
+	return l.distrust(l.front.Readiness(parse.participants(nodes))), nil
 }
 
 // predWatch is the watch of the predecessor's Node (whole, for its Ready
@@ -351,7 +270,7 @@ func (l *Lock) watchPred(ctx context.Context, p *predWatch, name string, wake ti
 // predChanged is the predecessor n as its watch delivered it (deleted:
 // gone), for the Follower; it notes n's readiness.
 func (l *Lock) predChanged(n *corev1.Node, deleted bool) queue.FollowEvent {
-	l.ready.note(n.Name, nodeReady(n) && !deleted, l.o.Now())
+	l.front.NoteReady(n.Name, nodeReady(n) && !deleted, l.o.Now())
 	var parse claimCache
 	ps := parse.participants([]*corev1.Node{n})
 	if deleted || len(ps) == 0 {

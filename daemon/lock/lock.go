@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/queue"
 )
 
 // Errors callers act on.
@@ -111,15 +112,12 @@ type Lock struct {
 	watchMu  sync.Mutex
 	watch    *nodeWatch // nil while not watching
 
+	// front is what this node remembers of the others (their grace,
+	// readiness and alarms, the pause) and decides from the front.
+	front *queue.Front
+
 	mu  sync.Mutex
 	own ownClaim
-	// firstEligible is when this daemon first saw each other waiting node
-	// eligible; after WaitingGrace it is passed over.
-	firstEligible map[string]time.Time
-	// paused is whether the cluster is paused, as the cycle last read it
-	// (SetPaused); resumed is when it last saw a pause end.
-	paused  bool
-	resumed time.Time
 	// limits are this node's configured limits (Options.Limits, then
 	// SetLimits).
 	limits claim.Limits
@@ -127,7 +125,6 @@ type Lock struct {
 	// statusChanged has a value when status changed since the cycle
 	// last took it (StatusChanged).
 	statusChanged chan struct{}
-	alarmed       map[string]bool
 	// failures counts writes in a row that failed other than by a
 	// conflict, for back-off.
 	failures int
@@ -137,9 +134,6 @@ type Lock struct {
 	// nodes is the cluster's node count as last read (clusterSize), 0
 	// before: it paces the join.
 	nodes int
-	// ready is what this daemon last read of other nodes' readiness,
-	// when it reads the queue as metadata.
-	ready readiness
 }
 
 // Status is the lock's view for the operator (sd_notify, status).
@@ -169,15 +163,17 @@ func New(o Options) *Lock {
 	if o.Rand == nil {
 		o.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
-	return &Lock{
+	l := &Lock{
 		o: o, log: o.Log.With("component", "lock"),
 		changed:       make(chan struct{}, 1),
-		firstEligible: map[string]time.Time{},
-		alarmed:       map[string]bool{},
 		limits:        o.Limits,
 		status:        Status{Position: -1},
 		statusChanged: make(chan struct{}, 1),
 	}
+	l.front = &queue.Front{Node: o.Node, Grace: o.WaitingGrace, TTL: o.TTL,
+		AlarmAge: o.AlarmAge, EnteringAlarmAge: o.EnteringAlarmAge,
+		Metadata: o.Metadata != nil, Jitter: l.jitter}
+	return l
 }
 
 // Start prepares the lock to run until ctx ends. The watches start when
@@ -229,12 +225,7 @@ func (l *Lock) keepCount(ctx context.Context) {
 // After it, silence counts from when this daemon saw the pause end, so
 // that nodes that see it later, within the grace, keep their places.
 func (l *Lock) SetPaused(paused bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.paused && !paused {
-		l.resumed = l.o.Now()
-	}
-	l.paused = paused
+	l.front.SetPaused(paused, l.o.Now())
 }
 
 // SetLimits changes this node's configured limits (the cluster's

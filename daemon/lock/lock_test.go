@@ -315,38 +315,6 @@ func TestFindAhead(t *testing.T) {
 	}
 }
 
-// TestProbeDue: whose readiness a node in the front reads, and when.
-func TestProbeDue(t *testing.T) {
-	now := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
-	ago := func(d time.Duration) time.Time { return now.Add(-d) }
-	tests := []struct {
-		name     string
-		r        readyRead
-		known    bool
-		eligible bool
-		first    time.Time
-		eager    bool
-		want     time.Time
-		probe    bool
-	}{
-		{"never read, not let go", readyRead{}, false, false, time.Time{}, false, time.Time{}, false},
-		{"never read, let go: readyProbe after it was", readyRead{}, false, true, ago(time.Second), false, ago(time.Second).Add(readyProbe), true},
-		{"never read, let go, eager: now", readyRead{}, false, true, ago(time.Second), true, now, true},
-		{"eligible but not yet seen so: not read", readyRead{}, false, true, time.Time{}, true, time.Time{}, false},
-		{"read Ready, still let go: readyReprobe after that read", readyRead{ready: true, at: ago(time.Second)}, true, true, ago(time.Hour), true, ago(time.Second).Add(readyReprobe), true},
-		{"read Ready, no longer let go: not read", readyRead{ready: true, at: ago(time.Second)}, true, false, time.Time{}, false, time.Time{}, false},
-		{"read NotReady: readyReprobe after that read, let go or not", readyRead{ready: false, at: ago(2 * time.Second)}, true, false, time.Time{}, false, ago(2 * time.Second).Add(readyReprobe), true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, probe := probeDue(tt.r, tt.known, tt.eligible, tt.first, tt.eager, now)
-			if probe != tt.probe || !got.Equal(tt.want) {
-				t.Errorf("probeDue = %v, %v; want %v, %v", got, probe, tt.want, tt.probe)
-			}
-		})
-	}
-}
-
 // TestStoppedPassedOver: a waiting claim whose daemon marked it stopped
 // is taken as NotReady (passed over, as a NotReady node is, at once), by
 // the nodes' locks and by status (Participants); an active claim with the
@@ -375,7 +343,7 @@ func TestStoppedPassedOver(t *testing.T) {
 	}
 	l := New(Options{Client: fake.NewClientset(), Node: "me", Limits: at.Limits, Now: func() time.Time { return now }, ServerNow: func() time.Time { return now }})
 	var parse claimCache
-	if got := ready(l.applyReadiness(parse.participants(nodes))); !maps.Equal(got, want) {
+	if got := ready(l.front.Readiness(parse.participants(nodes))); !maps.Equal(got, want) {
 		t.Errorf("the lock of me reads Ready %v; want %v", got, want)
 	}
 	want["me"] = false // another node's view, or status

@@ -99,7 +99,7 @@ func otherLimitsSelector(own claim.Limits) string {
 // reads their metadata only, which is where the claims are: a whole Node
 // is several times larger, and a queue of hundreds read by each of its
 // nodes a few times made most of the bytes the API server sent. Each is
-// then taken as Ready unless read otherwise (applyReadiness, probeAhead,
+// then taken as Ready unless read otherwise (queue.Front's Readiness and Probe,
 // the watch of a predecessor): an entering node that verifies may give
 // way to a NotReady one, which is always safe.
 func (l *Lock) listNodes(ctx context.Context, selector, rv string, match metav1.ResourceVersionMatch) ([]*corev1.Node, string, error) {
@@ -158,7 +158,7 @@ type QueueReader struct{ claims claimCache }
 func (r *QueueReader) Participants(nodes []*corev1.Node, serverNow time.Time, tolerance time.Duration) []claim.Participant {
 	ps := r.claims.participants(nodes)
 	for i, p := range ps {
-		if stopped(p) {
+		if queue.Stopped(p) {
 			p.Ready = false // as the lock reads it: before Plausible
 		}
 		ps[i] = claim.Plausible(p, serverNow, tolerance)
@@ -232,56 +232,3 @@ func readyStatus(n *corev1.Node) corev1.ConditionStatus {
 }
 
 func nodeReady(n *corev1.Node) bool { return readyStatus(n) == corev1.ConditionTrue }
-
-// silent reports waiting nodes that have been eligible (in this daemon's
-// view) for longer than the grace without announcing.
-func (l *Lock) silent(now time.Time) func(string) bool {
-	l.mu.Lock()
-	first := copyTimes(l.firstEligible)
-	paused, resumed := l.paused, l.resumed
-	l.mu.Unlock()
-	return func(name string) bool {
-		t, ok := first[name]
-		return ok && !paused && name != l.o.Node && l.o.WaitingGrace > 0 && now.Sub(maxTime(t, resumed)) > l.o.WaitingGrace
-	}
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func copyTimes(m map[string]time.Time) map[string]time.Time {
-	c := make(map[string]time.Time, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
-}
-
-// noteEligible records when each other waiting node became eligible (or
-// was passed over for its silence) and has stayed so, and forgets the
-// others: a node that was NotReady, or held back by a limit, starts its
-// grace afresh once it may go (it was passed over at once, the grace long
-// spent, when it came back).
-func (l *Lock) noteEligible(q claim.Queue, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, name := range q.Waiting {
-		why, skipped := q.Skipped[name]
-		if q.Eligible(name) || (skipped && why == claim.SkippedSilent) {
-			if l.firstEligible[name].IsZero() {
-				l.firstEligible[name] = now
-			}
-			continue
-		}
-		delete(l.firstEligible, name)
-	}
-	for name := range l.firstEligible {
-		if !slices.Contains(q.Waiting, name) {
-			delete(l.firstEligible, name)
-		}
-	}
-}

@@ -208,7 +208,7 @@ func (l *Lock) ensureWatch(ctx context.Context) error {
 
 // newNodeWatch builds the watch of a node in the front that publishes
 // limits own, an informer for each selector, not yet running: Node
-// metadata when Metadata is set (readiness is read apart: probeAhead),
+// metadata when Metadata is set (readiness is read apart: queue.Front asks for it),
 // slimmed objects, a broken watch remembered, a wake-up only for a change
 // the queue reads.
 func (l *Lock) newNodeWatch(own claim.Limits) (*nodeWatch, error) {
@@ -301,7 +301,7 @@ func (l *Lock) frontAfter(ctx context.Context, cur ownClaim) ([]*corev1.Node, bo
 // slim keeps of a watched Node what the queue reads (name, labels,
 // annotations, the Ready condition): a real Node's status (its images,
 // above all) and managed fields would take most of the cache. A Node's
-// metadata becomes a Node taken as Ready (applyReadiness corrects it).
+// metadata becomes a Node taken as Ready (queue.Front.Readiness corrects it).
 func slim(obj any) (any, error) {
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
 		meta := m.ObjectMeta
