@@ -162,6 +162,9 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 		case queue.ReadAhead:
 			ev.Kind = queue.Found
 			ev.Read, err = l.readAhead(ctx, a.Of, a.Span)
+		case queue.ReadFront:
+			ev.Kind = queue.Found
+			ev.Read, err = l.readClass(ctx, queue.ClassOf(a.Of).Selector()+","+queue.FrontLabel)
 		case queue.RecheckOwn:
 			ev.Kind = queue.Rechecked
 			err = l.recheckOwn(ctx)
@@ -204,7 +207,13 @@ func (l *Lock) recheckOwn(ctx context.Context) error {
 // square of its nodes.
 func (l *Lock) readAhead(ctx context.Context, p claim.Participant, span int) ([]claim.Participant, error) {
 	sel, _ := queue.SpanSelector(p.Claim.Since, span)
-	nodes, _, err := l.listNodes(ctx, queue.ClassOf(p).Selector()+","+sel, "0", "")
+	return l.readClass(ctx, queue.ClassOf(p).Selector()+","+sel)
+}
+
+// readClass reads the waiting members of a class that selector selects
+// (a span of it, or its front), from the API server's cache.
+func (l *Lock) readClass(ctx context.Context, selector string) ([]claim.Participant, error) {
+	nodes, _, err := l.listNodes(ctx, selector, "0", "")
 	if err != nil {
 		return nil, fmt.Errorf("find the node ahead in the queue: %w", err)
 	}

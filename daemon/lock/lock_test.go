@@ -235,8 +235,8 @@ func waitingNode(t *testing.T, name, zone string, c claim.Claim, role queue.Role
 // live member of its class ahead of it: not a member of another zone or
 // of other limits, not one behind it, not one read NotReady; it reads
 // wider spans back until one holds a member. At the resync, it enters the
-// front if that one, without a front label, heads the class (no live
-// member ahead of it).
+// front if that one has no front label and no live member of the class
+// ahead of it has one (a read of the class's front).
 func TestFindAhead(t *testing.T) {
 	server := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
 	own := claim.Limits{Concurrency: 3, Groups: []claim.GroupLimit{{Label: config.ZoneLabel, Max: 1}}}
@@ -291,8 +291,11 @@ func TestFindAhead(t *testing.T) {
 			}
 			// run does the Follower's reads until it asks for something else.
 			run := func(f *queue.Follower, a queue.FollowAction) queue.FollowAction {
-				for a.Kind == queue.ReadAhead {
+				for a.Kind == queue.ReadAhead || a.Kind == queue.ReadFront {
 					read, err := l.readAhead(ctx, a.Of, a.Span)
+					if a.Kind == queue.ReadFront {
+						read, err = l.readClass(ctx, queue.ClassOf(a.Of).Selector()+","+queue.FrontLabel)
+					}
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"slices"
 	"time"
 
 	"github.com/kured-host/kured-host/daemon/claim"
@@ -27,6 +28,9 @@ const (
 	// the span Span back from it (SpanSelector), and give the result as a
 	// Found event.
 	ReadAhead FollowKind = iota
+	// ReadFront: read the waiting members of Of's class that carry a
+	// front label, and give the result as a Found event.
+	ReadFront
 	// RecheckOwn: read the own claim again (an admin may have removed it)
 	// and give a Rechecked event, if it is still waiting.
 	RecheckOwn
@@ -41,7 +45,7 @@ const (
 // FollowAction is a Follower's next request.
 type FollowAction struct {
 	Kind FollowKind
-	Of   claim.Participant // ReadAhead
+	Of   claim.Participant // ReadAhead, ReadFront
 	Span int               // ReadAhead
 	Pred string            // WatchPred
 	Wake time.Time         // WatchPred
@@ -52,7 +56,8 @@ type FollowAction struct {
 type FollowEventKind int8
 
 const (
-	// Found: a ReadAhead's result, every participant the read returned.
+	// Found: a ReadAhead's or ReadFront's result, every participant the
+	// read returned.
 	Found FollowEventKind = iota
 	// Changed: the watched predecessor as its watch delivered it (Left:
 	// the Node was deleted or no longer carries a claim).
@@ -88,11 +93,12 @@ type Follower struct {
 	notBefore time.Time
 	jitter    func(time.Duration) time.Duration
 
-	// reading is whose ahead the pending ReadAhead reads: self, or (for a
-	// resync that found a predecessor with no front label) pred, to see
-	// whether it heads its class outside the front.
+	// reading is whose ahead the pending ReadAhead reads (self); front,
+	// that the pending read is of the class's front (a resync that found
+	// a predecessor with no front label).
 	reading claim.Participant
 	pending int // the span it reads
+	front   bool
 	// ahead are the live members ahead that the last read found, nearest
 	// first, not yet followed: when the one followed turns out NotReady
 	// or stopped (a read of metadata does not show readiness), the next
@@ -148,7 +154,7 @@ func (f *Follower) Step(ev FollowEvent) FollowAction {
 }
 
 func (f *Follower) read(of claim.Participant, span int) FollowAction {
-	f.reading, f.pending = of, span
+	f.reading, f.pending, f.front = of, span, false
 	return FollowAction{Kind: ReadAhead, Of: of, Span: span}
 }
 
@@ -156,20 +162,22 @@ func (f *Follower) read(of claim.Participant, span int) FollowAction {
 // widens to the next, until one holds a live member or the read had no
 // lower bound.
 func (f *Follower) found(ev FollowEvent) FollowAction {
+	if f.front {
+		// At a resync, the predecessor has no front label: the class's
+		// front is read. With no live member in it ahead of this node,
+		// the members ahead do not come in (their daemons hang, one or
+		// several in a row): this node enters, and the front passes
+		// them over after the grace.
+		f.front = false
+		if !slices.ContainsFunc(ev.Read, func(p claim.Participant) bool { return f.inFront(p) }) {
+			return FollowAction{Kind: EnterFront, Why: "no node of its class ahead of it is in the front"}
+		}
+		return f.follow(f.pred, ev.Now)
+	}
 	span := f.pending
 	ahead := Ahead(f.reading, ev.Read)
 	if len(ahead) == 0 && span < len(spans) {
 		return f.read(f.reading, span+1)
-	}
-	if f.reading.Name != f.self.Name {
-		// Whether the predecessor, at the head of its class at a resync
-		// yet without a front label, has a live member ahead of it: if
-		// not, its daemon writes no label, or hangs; this node enters
-		// and the front passes the silent one over if it must.
-		if len(ahead) == 0 {
-			return FollowAction{Kind: EnterFront, Why: "the node ahead heads its class outside the front"}
-		}
-		return f.follow(f.pred, ev.Now)
 	}
 	if len(ahead) == 0 {
 		return FollowAction{Kind: EnterFront, Why: "the first live member of its class"}
@@ -187,11 +195,17 @@ func (f *Follower) next(now time.Time) FollowAction {
 	pred := f.ahead[0]
 	f.ahead = f.ahead[1:]
 	if f.due && RoleOf(pred.Labels) == RoleBehind {
-		f.due = false
-		f.pred = pred
-		return f.read(pred, 0)
+		f.due, f.pred, f.front = false, pred, true
+		return FollowAction{Kind: ReadFront, Of: f.self}
 	}
 	return f.follow(pred, now)
+}
+
+// inFront reports whether p is a live waiting member of this node's class
+// ahead of it with a front label.
+func (f *Follower) inFront(p claim.Participant) bool {
+	return p.Name != f.self.Name && member(p, ClassOf(f.self)) && Live(p, nil) &&
+		RoleOf(p.Labels) != RoleBehind && claim.QueueOrder(p, f.self) < 0
 }
 
 // follow starts following pred: its resync is due after ResyncEvery,

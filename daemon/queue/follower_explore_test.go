@@ -21,8 +21,8 @@ import (
 // changes and one lost event is explored. Then the changes stop, and the
 // Follower must settle within two resyncs where docs/claims.md says: in
 // the front when no live member is ahead, when the nearest is in, or when
-// the nearest has no front label and heads the class; otherwise following
-// the nearest live member ahead. Until an event is lost, it comes into
+// the nearest has no front label and no live member ahead has one (their
+// daemons hang); otherwise following the nearest live member ahead. Until an event is lost, it comes into
 // the front only where it would if the members between it and the node it
 // follows were not there (it sees those at its next resync), or from
 // reads that a change overtook.
@@ -157,6 +157,14 @@ func (w *fWorld) answer(step stepper) {
 	switch w.a.Kind {
 	case ReadAhead:
 		w.step(step, FollowEvent{Kind: Found, Read: w.read(w.a.Of, w.a.Span)})
+	case ReadFront:
+		var front []claim.Participant
+		for i := range fNames {
+			if w.m[i] == fEdge || w.m[i] == fIn {
+				front = append(front, w.participant(i))
+			}
+		}
+		w.step(step, FollowEvent{Kind: Found, Read: front})
 	case RecheckOwn:
 		w.step(step, FollowEvent{Kind: Rechecked, Self: fSelf})
 	case WatchPred:
@@ -213,8 +221,9 @@ func (w *fWorld) want(from int) string {
 		if !w.m[i].live() {
 			continue
 		}
-		heads := !slices.ContainsFunc(w.m[:i], fState.live)
-		if w.m[i] == fIn || (w.m[i] == fBehind && heads) {
+		// No front ahead: no live member ahead with a front label.
+		frontless := !slices.ContainsFunc(w.m[:i], func(s fState) bool { return s == fEdge || s == fIn })
+		if w.m[i] == fIn || (w.m[i] == fBehind && frontless) {
 			return ""
 		}
 		return fNames[i]
@@ -340,8 +349,9 @@ func TestExploreFollowerFindsBrokenRules(t *testing.T) {
 			}
 			return f.Step(ev)
 		}},
-		{"a predecessor heading its class outside the front is followed for ever", func(f *Follower, ev FollowEvent) FollowAction {
-			if ev.Kind == Found && f.reading.Name != f.self.Name {
+		{"a class without a front is followed for ever", func(f *Follower, ev FollowEvent) FollowAction {
+			if ev.Kind == Found && f.front {
+				f.front = false
 				return f.follow(f.pred, ev.Now)
 			}
 			return f.Step(ev)

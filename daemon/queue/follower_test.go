@@ -46,6 +46,10 @@ func TestFollower(t *testing.T) {
 	}
 	enter := func(why string) FollowAction { return FollowAction{Kind: EnterFront, Why: why} }
 	recheck := FollowAction{Kind: RecheckOwn}
+	readFront := FollowAction{Kind: ReadFront, Of: claim.Participant{Name: "self"}}
+	p2edge := with(p2, func(p *claim.Participant) { p.Labels[FrontLabel] = string(RoleEdge) })
+	// behindIn: in the front, but behind self (it does not count).
+	behindIn := with(behind, func(p *claim.Participant) { p.Labels[FrontLabel] = string(RoleIn) })
 	const every = ResyncEvery
 
 	type step struct {
@@ -144,25 +148,40 @@ func TestFollower(t *testing.T) {
 			{found(0, edge), watch("p1", every)},
 			{woke(every), recheck},
 			{rechecked(every), read("self", 0)},
-			{found(every, with(p2, func(p *claim.Participant) { p.Labels[FrontLabel] = string(RoleEdge) })), watch("p2", 2*every)},
+			{found(every, p2edge), watch("p2", 2*every)},
 		}},
-		{"a resync finds the predecessor heading its class outside the front: enter", 0, []step{
+		{"a resync finds the predecessor without a front label and no front ahead: enter", 0, []step{
 			{found(0, p1), watch("p1", every)},
 			{woke(every), recheck},
 			{rechecked(every), read("self", 0)},
-			{found(every, p1), read("p1", 0)},
-			{found(every), read("p1", 1)},
-			{found(every), read("p1", 2)},
-			{found(every), read("p1", 3)},
-			{found(every), read("p1", 4)},
-			{found(every, self), enter("the node ahead heads its class outside the front")},
+			{found(every, p1), readFront},
+			{found(every, self, behindIn), enter("no node of its class ahead of it is in the front")},
 		}},
-		{"a resync finds a live member ahead of it: follow it again", 0, []step{
+		{"a resync finds a front ahead: follow the predecessor again", 0, []step{
 			{found(0, p1), watch("p1", every)},
 			{woke(every), recheck},
 			{rechecked(every), read("self", 0)},
-			{found(every, p1), read("p1", 0)},
-			{found(every, p2), watch("p1", 3*every)},
+			{found(every, p1), readFront},
+			{found(every, p2edge), watch("p1", 3*every)},
+		}},
+		{"a front of NotReady members is no front", 0, []step{
+			{found(0, p1), watch("p1", every)},
+			{woke(every), recheck},
+			{rechecked(every), read("self", 0)},
+			{found(every, p1), readFront},
+			{found(every, with(p2edge, func(p *claim.Participant) { p.Ready = false })), enter("no node of its class ahead of it is in the front")},
+		}},
+		{"a resync with a predecessor in the front reads no front", 0, []step{
+			{found(0, edge), watch("p1", every)},
+			{woke(every), recheck},
+			{rechecked(every), read("self", 0)},
+			{found(every, edge), watch("p1", 3*every)},
+		}},
+		{"the predecessor takes a slot from the front: enter", 0, []step{
+			{found(0, p1), watch("p1", every)},
+			{changed(time.Minute, with(p1, func(p *claim.Participant) {
+				p.Labels[FrontLabel], p.Claim.State = string(RoleIn), claim.Entering
+			})), enter("the node ahead is in the front")},
 		}},
 	}
 	for _, tt := range tests {
@@ -193,6 +212,8 @@ func show(a FollowAction) string {
 	switch a.Kind {
 	case ReadAhead:
 		return fmt.Sprintf("read ahead of %s, span %d", a.Of.Name, a.Span)
+	case ReadFront:
+		return "read the front of " + a.Of.Name + "'s class"
 	case RecheckOwn:
 		return "recheck own"
 	case WatchPred:

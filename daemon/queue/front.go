@@ -95,13 +95,21 @@ func (m Move) String() string {
 }
 
 // Follow decides for self, behind the edge, from its predecessor as its
-// watch shows it (gone: the Node was deleted). A predecessor that
-// announced, left the queue, moved to another class, joined again behind
-// self or can no longer go (NotReady, stopped) is no longer one: find the
-// next. One that is in puts self at the front's edge or nearer.
+// watch shows it (gone: the Node was deleted). A predecessor that left
+// the queue, moved to another class, joined again behind self or can no
+// longer go (NotReady, stopped) is no longer one: find the next. One that
+// is in puts self at the front's edge or nearer, and so does one that
+// announced from the front (its label in): the members still waiting
+// ahead of it without a front label are ones the front passed over (a
+// daemon that hangs), which self would otherwise follow until its
+// resync, each node behind them in turn.
 func Follow(self claim.Participant, pred claim.Participant, gone bool) Move {
 	switch {
-	case gone || !member(pred, ClassOf(self)) || claim.QueueOrder(pred, self) >= 0 || !Live(pred, nil):
+	case gone:
+		return Find
+	case pred.Err == nil && pred.Claim.State.Active() && RoleOf(pred.Labels) == RoleIn:
+		return Enter
+	case !member(pred, ClassOf(self)) || claim.QueueOrder(pred, self) >= 0 || !Live(pred, nil):
 		return Find
 	case RoleOf(pred.Labels) == RoleIn:
 		return Enter

@@ -227,6 +227,17 @@ func TestFollow(t *testing.T) {
 		{"NotReady: find the next", pred(func(p *claim.Participant) { p.Ready = false }), false, Find},
 		{"stopped: find the next", pred(func(p *claim.Participant) { p.Labels[StoppedLabel] = "true" }), false, Find},
 		{"announced: find", pred(func(p *claim.Participant) { p.Claim.State = claim.Entering }), false, Find},
+		// The members ahead of it without a front label were passed
+		// over by the front (their daemons hang).
+		{"announced from the front: enter", pred(func(p *claim.Participant) {
+			p.Claim.State, p.Labels[FrontLabel] = claim.Entering, string(RoleIn)
+		}), false, Enter},
+		{"holding, from the front: enter", pred(func(p *claim.Participant) {
+			p.Claim.State, p.Labels[FrontLabel] = claim.Holding, string(RoleIn)
+		}), false, Enter},
+		{"announced from the edge (a label this version does not write): find", pred(func(p *claim.Participant) {
+			p.Claim.State, p.Labels[FrontLabel] = claim.Entering, string(RoleEdge)
+		}), false, Find},
 		{"claim removed: find", pred(func(p *claim.Participant) { p.Claim = claim.Claim{} }), false, Find},
 		{"unreadable: find", pred(func(p *claim.Participant) { p.Err = errors.New("garbage") }), false, Find},
 		{"relabelled into another zone: find", pred(func(p *claim.Participant) { p.Labels[zone] = "z2" }), false, Find},
