@@ -155,6 +155,15 @@ func (l *Lock) follow(ctx context.Context, left time.Time) (bool, error) {
 	for a := f.Start(); l.current().state == claim.Waiting; {
 		var ev queue.FollowEvent
 		var err error
+		if a.Kind != queue.WatchPred {
+			// A watch is kept only while the Follower keeps following
+			// the same node: one opened again delivers the node as it
+			// is first, which a read from a lagging cache may not have
+			// shown (a predecessor read as still waiting after its
+			// claim was removed was then followed with no event to
+			// come: TestSim seed 884).
+			w.stop()
+		}
 		switch a.Kind {
 		case queue.EnterFront:
 			l.log.Debug("coming into the front of the queue", "why", a.Why)
@@ -222,7 +231,8 @@ func (l *Lock) readClass(ctx context.Context, selector string) ([]claim.Particip
 }
 
 // predWatch is the watch of the predecessor's Node (whole, for its Ready
-// condition; one object), kept open while the same node is followed.
+// condition; one object), kept open while the Follower follows the same
+// node without a read in between.
 type predWatch struct {
 	name   string
 	w      watch.Interface
