@@ -164,11 +164,11 @@ type Take struct {
 
 // Acquire takes a slot and cordons the node (take): from waiting it waits
 // until eligible and announces; from entering it verifies, then commits,
-// stays entering or steps back. It returns the holding claim,
-// ErrNotJoined if there is no claim, ErrLost if the claim disappeared,
-// or ErrRefused.
+// stays entering or steps back (queue.Entrant decides). It returns the
+// holding claim, ErrNotJoined if there is no claim, ErrLost if the claim
+// disappeared, or ErrRefused.
 func (l *Lock) Acquire(ctx context.Context, take Take) (claim.Claim, error) {
-	e := entering{backoff: minStepBack}
+	e := queue.NewEntrant(l.o.Node)
 	for {
 		cur := l.current()
 		if cur.err != nil {
@@ -185,10 +185,10 @@ func (l *Lock) Acquire(ctx context.Context, take Take) (claim.Claim, error) {
 			l.setStatus(Status{State: claim.Holding, Position: -1})
 			return cur.claim, nil
 		case claim.Waiting:
-			e.stayingSince = time.Time{}
+			e.Waiting()
 			err = l.takeTurn(ctx)
 		case claim.Entering:
-			err = l.enter(ctx, &e, take)
+			err = l.enter(ctx, e, take)
 		default:
 			err = fmt.Errorf("own claim is in state %q, which this daemon does not write: %w", cur.state, ErrLost)
 		}
@@ -215,62 +215,6 @@ func (l *Lock) takeTurn(ctx context.Context) error {
 	return l.announce(ctx)
 }
 
-// The back-off of a node that steps back, doubled each time in a row.
-const (
-	minStepBack = 200 * time.Millisecond
-	maxStepBack = 5 * time.Second
-	// giveWayAfter: entering claims behind this one step back when they
-	// verify; if they stay this long, their daemons are gone, and they
-	// keep their units, so this one gives way.
-	giveWayAfter = 5 * time.Second
-	// stayLook is how long an entering node that stays waits for a
-	// change before it verifies again.
-	stayLook = 250 * time.Millisecond
-)
-
-// entering is what Acquire remembers between verifies of one announce.
-type entering struct {
-	backoff      time.Duration
-	stayingSince time.Time // since when verify has said stay; zero if not
-}
-
-// enterMove is what an entering node does after a verify.
-type enterMove int8
-
-const (
-	moveCommit   enterMove = iota // take the slot
-	moveStepBack                  // back to waiting, then wait out Wait
-	moveStay                      // verify again after Wait or a change
-)
-
-// enterAction is an entering node's next move: what, why (for a step
-// back or a stay) and how long to wait after it (before jitter).
-type enterAction struct {
-	Move   enterMove
-	Reason string
-	Wait   time.Duration
-}
-
-// next decides, from a verify's verdict at now, what the entering node
-// does, and what it remembers for the next verify: a step back waits a
-// back-off doubled each time in a row; a stay that lasts giveWayAfter
-// becomes a step back (the claims it waits for are dead).
-func (e entering) next(v claim.Verdict, now time.Time) (entering, enterAction) {
-	switch v.Decision {
-	case claim.Commit:
-		return entering{backoff: minStepBack}, enterAction{Move: moveCommit}
-	case claim.StepBack:
-		return entering{backoff: min(2*e.backoff, maxStepBack)}, enterAction{Move: moveStepBack, Reason: v.Reason, Wait: e.backoff}
-	}
-	if e.stayingSince.IsZero() {
-		e.stayingSince = now
-	}
-	if now.Sub(e.stayingSince) > giveWayAfter {
-		return e, enterAction{Move: moveStepBack, Reason: v.Reason + "; they have not stepped back"}
-	}
-	return e, enterAction{Move: moveStay, Reason: v.Reason, Wait: stayLook}
-}
-
 // Refusal is Options.Held's or Take.Check's no: before the commit or
 // the cordon. It is ErrRefused (errors.Is) and says why.
 type Refusal struct{ Err error }
@@ -282,70 +226,45 @@ func (r Refusal) Is(target error) bool { return target == ErrRefused }
 
 func (r Refusal) Unwrap() error { return r.Err }
 
-// enter verifies the entering claim and does what next says; a commit
-// Held or take.Check refuses steps back and returns ErrRefused.
-func (l *Lock) enter(ctx context.Context, e *entering, take Take) error {
+// enter verifies the entering claim and does what the Entrant decides. A
+// commit verdict asks take.Check last: after the verify, so that a look
+// that takes its time (a query of the alerts) delays the commit, which
+// the entering claim has reserved, not the verify's read of the others.
+func (l *Lock) enter(ctx context.Context, e *queue.Entrant, take Take) error {
 	v, err := l.verify(ctx)
-	if err == nil && v.Decision == claim.Commit && take.Check != nil {
-		// After the verify: a look that takes its time (a query of
-		// the alerts) delays the commit, which the entering claim has
-		// reserved, not the verify's read of the others.
-		if no := take.Check(ctx); no != nil {
-			err = Refusal{no}
-		}
-	}
-	var no Refusal
-	if errors.As(err, &no) {
-		if err := l.stepBack(ctx, no.Error()); err != nil {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrRefused, no.Err)
-	}
-	if err != nil {
+	if err != nil || v == nil {
 		return err
 	}
-	var a enterAction
-	*e, a = e.next(v, l.o.Now())
+	a, no := e.Verified(*v), v.Held
+	if a.Move == queue.EnterCommit && take.Check != nil {
+		no = take.Check(ctx)
+		a = e.Checked(no)
+	}
 	switch a.Move {
-	case moveCommit:
+	case queue.EnterCommit:
 		return l.commit(ctx, take)
-	case moveStepBack:
+	case queue.EnterRefuse:
+		if err := l.stepBack(ctx, a.Reason); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrRefused, no)
+	case queue.EnterStepBack:
 		if err := l.stepBack(ctx, a.Reason); err != nil || a.Wait == 0 {
 			return err
 		}
 		return sleep(ctx, l.jitter(a.Wait))
+	case queue.EnterReread:
+		if !v.Announced {
+			l.log.Warn("own claim changed under this daemon; reading it again")
+		}
+		_, _, err := l.Own(ctx)
+		if err != nil && !errors.Is(err, claim.ErrUnparsable) {
+			return err
+		}
+		return nil
 	}
 	l.setStatus(Status{State: claim.Entering, Position: -1, Reason: a.Reason})
 	return l.waitChange(ctx, l.jitter(a.Wait))
-}
-
-// published is what this node publishes when announcing: the stricter of
-// its configuration and what its claim published before (a restarted
-// daemon with a laxer configuration keeps its published limits until it
-// releases). Its rules and the claim's together stay within
-// claim.MaxGroupRules; past that, it publishes concurrency 1.
-func (l *Lock) published(prev claim.Limits) claim.Limits {
-	own := l.ownLimits()
-	out := claim.Limits{Concurrency: own.Concurrency, Groups: slices.Clone(own.Groups)}
-	if prev.Concurrency > 0 && prev.Concurrency < out.Concurrency {
-		out.Concurrency = prev.Concurrency
-	}
-	for _, g := range prev.Groups {
-		i := slices.IndexFunc(out.Groups, func(o claim.GroupLimit) bool { return o.Label == g.Label })
-		switch {
-		case i < 0:
-			out.Groups = append(out.Groups, g)
-		case g.Max < out.Groups[i].Max:
-			out.Groups[i].Max = g.Max
-		}
-	}
-	if len(out.Groups) > claim.MaxGroupRules {
-		// Two configurations' rules together pass the bound a claim may
-		// publish (it would be unreadable): one slot in the whole
-		// cluster is no less strict than any of them.
-		return claim.Limits{Concurrency: 1, Groups: slices.Clone(own.Groups)}
-	}
-	return out
 }
 
 // groupValues are the node's values of the labels the rules name.
@@ -368,7 +287,7 @@ func (l *Lock) announce(ctx context.Context) error {
 			return nil
 		}
 		c := cur.claim
-		c.Limits = l.published(c.Limits)
+		c.Limits = queue.Publish(l.ownLimits(), c.Limits)
 		c.Groups = groupValues(cur.labels, c.Limits.Groups)
 		// With the front label: a node admitted at its first look in the
 		// front has not written it yet, and the verify reads the front
@@ -385,18 +304,19 @@ func (l *Lock) announce(ctx context.Context) error {
 }
 
 // verify reads a consistent snapshot (a List served from etcd's current
-// revision, never a cache) and decides. It also checks that the claim in
-// that snapshot is still the one this daemon announced.
-func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
+// revision, never a cache) for the Entrant to decide from, with whether
+// the claim in it is still the one this daemon announced; nil, with no
+// error, when the claim is to be looked at again first.
+func (l *Lock) verify(ctx context.Context) (*queue.Verified, error) {
 	cur := l.current()
-	if want := l.published(cur.claim.Limits); !limitsEqual(want, cur.claim.Limits) {
+	if want := queue.Publish(l.ownLimits(), cur.claim.Limits); !limitsEqual(want, cur.claim.Limits) {
 		// The configuration got stricter since the announce (a restart
 		// with a new config): announce the stricter limits before
-		// verifying against them.
+		// verifying against them; a failed write reads the claim again.
 		c := cur.claim
 		c.Limits = want
 		if _, err := l.write(ctx, claim.Entering, c); err != nil {
-			return claim.Verdict{Decision: claim.Stay}, l.reread(ctx, err)
+			return nil, l.reread(ctx, err)
 		}
 		cur = l.current()
 	}
@@ -410,51 +330,21 @@ func (l *Lock) verify(ctx context.Context) (claim.Verdict, error) {
 	front, watched := l.frontAfter(ctx, cur)
 	nodes, _, err := l.listBinding(ctx, cur.claim.Limits, true, !watched)
 	if err != nil {
-		return claim.Verdict{}, fmt.Errorf("verify: %w", err)
+		return nil, fmt.Errorf("verify: %w", err)
 	}
 	nodes = append(nodes, besides(nodes, waitingOf(front))...)
 	self := announced(nodes, l.o.Node, cur)
+	v := &queue.Verified{Now: l.o.Now(), Server: l.o.ServerNow(), Announced: self != nil, Own: l.ownLimits(), TTL: l.o.TTL}
 	if self == nil {
-		// Not the entering claim we announced, label and annotation (an
-		// admin may have edited the label alone): never commit on it;
-		// decide from what is really there.
-		l.log.Warn("own claim changed under this daemon; reading it again")
-		if err := l.reread(ctx, errConflict); err != nil {
-			return claim.Verdict{}, err
-		}
-		return claim.Verdict{Decision: claim.Stay}, nil
+		return v, nil
 	}
-	if self.ResourceVersion != cur.schedRV {
-		// The commit cordons on this version, and whether the node is
-		// unschedulable already (then it leaves it so) is known only of
-		// the version last read whole: read it, and verify again.
-		if _, _, err := l.Own(ctx); err != nil {
-			return claim.Verdict{}, err
-		}
-		return claim.Verdict{Decision: claim.Stay, Reason: "reading its own Node"}, nil
-	}
+	v.Whole = self.ResourceVersion == cur.schedRV
 	if l.o.Held != nil {
-		if err := l.o.Held(self); err != nil {
-			return claim.Verdict{}, Refusal{err}
-		}
+		v.Held = l.o.Held(self)
 	}
-	ps := l.distrust(l.front.Readiness(l.bindingClaims.participants(nodes)))
-	var me claim.Participant
-	for _, p := range ps {
-		if p.Name == l.o.Node {
-			me = p
-		}
-	}
-	now, server := l.o.Now(), l.o.ServerNow()
-	l.reportAlarms(ctx, l.front.Alarms(ps, server, true))
-	v := claim.Verify(me, l.ownLimits(), ps, server, l.o.TTL)
-	if v.Decision != claim.StepBack {
-		// Fairness: a node that announced from a stale view gives way to
-		// a waiting node whose turn it is. Stepping back is always safe.
-		if yield, why := claim.Yield(me, ps, server, l.o.TTL, l.front.Silent(now)); yield {
-			return claim.Verdict{Decision: claim.StepBack, Reason: why}, nil
-		}
-	}
+	v.Snap = l.distrust(l.front.Readiness(l.bindingClaims.participants(nodes)))
+	v.Silent = l.front.Silent(v.Now)
+	l.reportAlarms(ctx, l.front.Alarms(v.Snap, v.Server, true))
 	return v, nil
 }
 

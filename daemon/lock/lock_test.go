@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -22,43 +21,6 @@ import (
 
 // The protocol itself is tested on a real API server in
 // test/cluster/locktest; these are its pure helpers.
-
-func TestPublishedIsTheStricter(t *testing.T) {
-	tests := []struct {
-		name      string
-		own, prev claim.Limits
-		want      claim.Limits
-	}{
-		{"first announce", claim.Limits{Concurrency: 3, Groups: []claim.GroupLimit{{Label: "z", Max: 2}}}, claim.Limits{},
-			claim.Limits{Concurrency: 3, Groups: []claim.GroupLimit{{Label: "z", Max: 2}}}},
-		{"restarted with a laxer config keeps what it published", claim.Limits{Concurrency: 5}, claim.Limits{Concurrency: 2, Groups: []claim.GroupLimit{{Label: "z", Max: 1}}},
-			claim.Limits{Concurrency: 2, Groups: []claim.GroupLimit{{Label: "z", Max: 1}}}},
-		{"restarted with a stricter config publishes it", claim.Limits{Concurrency: 1, Groups: []claim.GroupLimit{{Label: "z", Max: 1}}}, claim.Limits{Concurrency: 2, Groups: []claim.GroupLimit{{Label: "z", Max: 2}}},
-			claim.Limits{Concurrency: 1, Groups: []claim.GroupLimit{{Label: "z", Max: 1}}}},
-		{"restarted with other rules, too many together: one slot", claim.Limits{Concurrency: 4, Groups: rules("new", 9)}, claim.Limits{Concurrency: 3, Groups: rules("old", 9)},
-			claim.Limits{Concurrency: 1, Groups: rules("new", 9)}},
-		{"restarted with other rules, at the bound", claim.Limits{Concurrency: 4, Groups: rules("new", 8)}, claim.Limits{Concurrency: 3, Groups: rules("old", 8)},
-			claim.Limits{Concurrency: 3, Groups: append(rules("new", 8), rules("old", 8)...)}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l := New(Options{Limits: tt.own})
-			got := l.published(tt.prev)
-			if got.Concurrency != tt.want.Concurrency || !slices.Equal(got.Groups, tt.want.Groups) {
-				t.Errorf("got %+v, want %+v", got, tt.want)
-			}
-		})
-	}
-}
-
-// rules are n group rules on labels prefix/0, prefix/1, ….
-func rules(prefix string, n int) []claim.GroupLimit {
-	out := make([]claim.GroupLimit, n)
-	for i := range out {
-		out[i] = claim.GroupLimit{Label: fmt.Sprintf("example.com/%s-%d", prefix, i), Max: 1}
-	}
-	return out
-}
 
 // alarmRecorder is an AlarmReporter that remembers what it was told.
 type alarmRecorder struct {
@@ -126,11 +88,12 @@ func TestForgedFutureHolder(t *testing.T) {
 				t.Fatal(err)
 			}
 			v, err := l.verify(ctx)
-			if err != nil {
-				t.Fatal(err)
+			if err != nil || v == nil {
+				t.Fatalf("verify: %v, %v", v, err)
 			}
-			if v.Decision != tc.want {
-				t.Errorf("verify: %v (%s), want %v", v.Decision, v.Reason, tc.want)
+			want := map[claim.Decision]queue.EnterMove{claim.Commit: queue.EnterCommit, claim.StepBack: queue.EnterStepBack}[tc.want]
+			if a := queue.NewEntrant("me").Verified(*v); a.Move != want {
+				t.Errorf("verify: %v (%s), want %v", a.Move, a.Reason, want)
 			}
 			var unreadable []claim.Alarm
 			for _, a := range rec.raised {

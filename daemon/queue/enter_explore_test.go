@@ -1,4 +1,4 @@
-package lock
+package queue
 
 import (
 	"fmt"
@@ -13,8 +13,7 @@ import (
 
 // The explorer: every interleaving of small clusters' nodes going through
 // the slot protocol, with crashes and lost replies anywhere, deciding with
-// the real rules (claim.Verify and claim.Yield at the verify, entering.next
-// for what follows a verdict). It checks the safety invariant in every
+// the real Entrant at each verify. It checks the safety invariant in every
 // state reached, and that from every state reached each node can still
 // get its reboot. It complements model/claims.pml, which checks the
 // protocol's own model: here the decisions are the code's.
@@ -24,7 +23,7 @@ import (
 // node reads again) after its own earlier write's reply was lost or after
 // an admin removed its claim (once per exploration, in any state); a
 // verify is one consistent snapshot of every claim; time only orders the
-// joins (since) and, for entering.next, says whether a node has stayed
+// joins (since) and, for the Entrant, says whether a node has stayed
 // long enough to give way; no TTL. Each node needs one reboot: once
 // released it is done.
 
@@ -79,7 +78,9 @@ type xConfig struct {
 
 // xRules are the decisions under test: the real ones, or a broken variant.
 type xRules struct {
-	verify func(self claim.Participant, own claim.Limits, snap []claim.Participant) claim.Verdict
+	// tamper, if set, changes what a verify read before the Entrant
+	// decides from it (a broken variant).
+	tamper func(name string, v *Verified)
 	// skipVerify: announce and commit without verifying (a broken variant).
 	skipVerify bool
 	// unconditional: writes that are not conditional on the version last
@@ -88,18 +89,6 @@ type xRules struct {
 }
 
 var xT0 = time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
-
-func realRules() xRules {
-	return xRules{verify: func(self claim.Participant, own claim.Limits, snap []claim.Participant) claim.Verdict {
-		v := claim.Verify(self, own, snap, xT0, 0)
-		if v.Decision != claim.StepBack {
-			if yield, why := claim.Yield(self, snap, xT0, 0, nil); yield {
-				return claim.Verdict{Decision: claim.StepBack, Reason: why}
-			}
-		}
-		return v
-	}}
-}
 
 type explorer struct {
 	cfg   [3]xConfig
@@ -184,12 +173,12 @@ func (x *explorer) moves(s xState) []move {
 		case lStepBack:
 			write("steps back", xWaiting, lWaiting, n.since, s.joined)
 		case lStay:
-			// entering.next: verify again soon; after giveWayAfter of
+			// The Entrant: verify again soon; after GiveWayAfter of
 			// staying, step back (the claims it waits for seem dead).
 			t := s
 			t.nodes[i].local = lEntering
 			out = append(out, move{name + " verifies again", t})
-			if a := x.afterStaying(); a == moveStepBack {
+			if a := x.afterStaying(i); a == EnterStepBack {
 				t := s
 				t.nodes[i].local = lStepBack
 				out = append(out, move{name + " gives way after staying", t})
@@ -218,39 +207,45 @@ func (x *explorer) moves(s xState) []move {
 	return out
 }
 
-// verify is node i's consistent read and decision, through the real
-// entering.next.
+// verify is node i's consistent read and the real Entrant's decision.
 func (x *explorer) verify(s xState, i int) []move {
 	ps := x.participants(s)
-	at := slices.IndexFunc(ps, func(p claim.Participant) bool { return p.Name == x.cfg[i].name })
-	if at < 0 || s.nodes[i].store != xEntering {
-		// Not the entering claim it announced: it reads its own again.
-		t := s
-		t.nodes[i].local, t.nodes[i].stale = lUnknown, false
-		return []move{{x.cfg[i].name + " verifies: its claim changed", t}}
+	name := x.cfg[i].name
+	v := Verified{Now: xT0, Server: xT0, Own: x.cfg[i].limits, Snap: ps, Whole: true,
+		Announced: s.nodes[i].store == xEntering && slices.ContainsFunc(ps, func(p claim.Participant) bool { return p.Name == name })}
+	if x.rules.tamper != nil {
+		x.rules.tamper(name, &v)
 	}
-	self := ps[at]
-	v := x.rules.verify(self, x.cfg[i].limits, ps)
-	_, a := entering{backoff: minStepBack}.next(v, xT0)
+	a := NewEntrant(name).Verified(v)
 	t := s
 	switch a.Move {
-	case moveCommit:
+	case EnterCommit:
 		t.nodes[i].local = lCommit
-	case moveStepBack:
+	case EnterStepBack:
 		t.nodes[i].local = lStepBack
-	default:
+	case EnterStay:
 		t.nodes[i].local = lStay
+	default:
+		// Not the entering claim it announced: it reads its own again.
+		t.nodes[i].local, t.nodes[i].stale = lUnknown, false
 	}
-	return []move{{fmt.Sprintf("%s verifies: %s %s", x.cfg[i].name, v.Decision, v.Reason), t}}
+	return []move{{fmt.Sprintf("%s verifies: %s %s", name, a.Move, a.Reason), t}}
 }
 
-// afterStaying is what entering.next does with a stay that has lasted
-// past giveWayAfter.
-func (x *explorer) afterStaying() enterMove {
-	stay := claim.Verdict{Decision: claim.Stay}
-	e, _ := entering{backoff: minStepBack}.next(stay, xT0)
-	_, a := e.next(stay, xT0.Add(giveWayAfter+time.Second))
-	return a.Move
+// afterStaying is what the Entrant of node i does with a stay that has
+// lasted past GiveWayAfter.
+func (x *explorer) afterStaying(i int) EnterMove {
+	stay := Verified{Now: xT0, Server: xT0, Announced: true, Whole: true, Own: claim.Limits{Concurrency: 1},
+		Snap: []claim.Participant{
+			{Name: "ahead", Ready: true, Claim: claim.Claim{State: claim.Entering, Since: xT0, Limits: claim.Limits{Concurrency: 1}}},
+			{Name: x.cfg[i].name, Ready: true, Claim: claim.Claim{State: claim.Entering, Since: xT0.Add(-time.Second), Limits: claim.Limits{Concurrency: 1}}},
+		}}
+	e := NewEntrant(x.cfg[i].name)
+	if a := e.Verified(stay); a.Move != EnterStay {
+		panic(fmt.Sprintf("the stay's read decides %s", a.Move))
+	}
+	stay.Now = xT0.Add(GiveWayAfter + time.Second)
+	return e.Verified(stay).Move
 }
 
 // violation says which holder's limits s breaks, or "".
@@ -378,13 +373,13 @@ var clusters = []struct {
 	}},
 }
 
-// TestExplore: in every small cluster, every state reached by any
+// TestExploreEntrant: in every small cluster, every state reached by any
 // interleaving, crashes and lost replies is safe, and each node can still
 // get its reboot from it.
-func TestExplore(t *testing.T) {
+func TestExploreEntrant(t *testing.T) {
 	for _, c := range clusters {
 		t.Run(c.name, func(t *testing.T) {
-			x := &explorer{cfg: c.cfg, rules: realRules()}
+			x := &explorer{cfg: c.cfg}
 			r := x.explore()
 			t.Logf("%s: %d states", c.name, r.states)
 			if r.violation != nil {
@@ -397,50 +392,31 @@ func TestExplore(t *testing.T) {
 	}
 }
 
-// TestExploreFindsBrokenRules: each rule broken by hand is found, with
-// the path to the unsafe state.
-func TestExploreFindsBrokenRules(t *testing.T) {
-	good := realRules()
+// TestExploreEntrantFindsBrokenRules: each rule broken by hand is found,
+// with the path to the unsafe state.
+func TestExploreEntrantFindsBrokenRules(t *testing.T) {
 	broken := []struct {
 		name    string
 		cluster int
 		rules   xRules
 	}{
 		{"no verify: a slot taken at the announce", 0, xRules{skipVerify: true}},
-		{"the entering claims not counted", 0, xRules{verify: func(self claim.Participant, own claim.Limits, snap []claim.Participant) claim.Verdict {
-			var holders []claim.Participant
-			for _, p := range snap {
-				if p.Claim.State != claim.Entering || p.Name == self.Name {
-					holders = append(holders, p)
-				}
-			}
-			return good.verify(self, own, holders)
+		{"the entering claims not counted", 0, xRules{tamper: func(name string, v *Verified) {
+			v.Snap = slices.DeleteFunc(v.Snap, func(p claim.Participant) bool { return p.Claim.State == claim.Entering && p.Name != name })
 		}}},
-		{"the zone rules ignored", 1, xRules{verify: func(self claim.Participant, own claim.Limits, snap []claim.Participant) claim.Verdict {
-			own.Groups = nil
-			var out []claim.Participant
-			for _, p := range snap {
-				p.Claim.Limits.Groups = nil
-				out = append(out, p)
+		{"the zone rules ignored", 1, xRules{tamper: func(_ string, v *Verified) {
+			v.Own.Groups = nil
+			for i := range v.Snap {
+				v.Snap[i].Claim.Limits.Groups = nil
 			}
-			self.Claim.Limits.Groups = nil
-			return good.verify(self, own, out)
 		}}},
-		{"only its own limits, not those the others publish", 2, xRules{verify: func(self claim.Participant, own claim.Limits, snap []claim.Participant) claim.Verdict {
-			var out []claim.Participant
-			for _, p := range snap {
-				p.Claim.Limits = own
-				out = append(out, p)
+		{"only its own limits, not those the others publish", 2, xRules{tamper: func(_ string, v *Verified) {
+			for i := range v.Snap {
+				v.Snap[i].Claim.Limits = v.Own
 			}
-			self.Claim.Limits = own
-			return good.verify(self, own, out)
 		}}},
+		{"writes not conditional on the version read", 0, xRules{unconditional: true}},
 	}
-	broken = append(broken, struct {
-		name    string
-		cluster int
-		rules   xRules
-	}{"writes not conditional on the version read", 0, xRules{verify: good.verify, unconditional: true}})
 	for _, b := range broken {
 		t.Run(b.name, func(t *testing.T) {
 			x := &explorer{cfg: clusters[b.cluster].cfg, rules: b.rules}
