@@ -220,10 +220,7 @@ func (l *Lock) keepCount(ctx context.Context) {
 }
 
 // SetPaused tells the lock whether the cluster is paused, as the cycle
-// read it. While paused no waiting node is silent: every node is eligible
-// in its turn and none announces, and the order must survive the pause.
-// After it, silence counts from when this daemon saw the pause end, so
-// that nodes that see it later, within the grace, keep their places.
+// read it (queue.Front.SetPaused says what it changes).
 func (l *Lock) SetPaused(paused bool) {
 	l.front.SetPaused(paused, l.o.Now())
 }

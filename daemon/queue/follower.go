@@ -93,11 +93,10 @@ type Follower struct {
 	notBefore time.Time
 	jitter    func(time.Duration) time.Duration
 
-	// reading is whose ahead the pending ReadAhead reads (self); front,
-	// that the pending read is of the class's front (a resync that found
-	// a predecessor with no front label).
-	reading claim.Participant
-	pending int // the span it reads
+	// pending is the span the pending ReadAhead reads; front, that the
+	// pending read is of the class's front (a resync that found a
+	// predecessor with no front label).
+	pending int
 	front   bool
 	// ahead are the live members ahead that the last read found, nearest
 	// first, not yet followed: when the one followed turns out NotReady
@@ -127,7 +126,7 @@ func NewFollower(self claim.Participant, notBefore time.Time, jitter func(time.D
 }
 
 // Start is the first request: read the class ahead of self.
-func (f *Follower) Start() FollowAction { return f.read(f.self, 0) }
+func (f *Follower) Start() FollowAction { return f.read(0) }
 
 // Step takes the result of the last request and returns the next.
 func (f *Follower) Step(ev FollowEvent) FollowAction {
@@ -149,16 +148,16 @@ func (f *Follower) Step(ev FollowEvent) FollowAction {
 		return f.watch()
 	default: // Rechecked
 		f.self = ev.Self
-		return f.read(f.self, f.span)
+		return f.read(f.span)
 	}
 }
 
-func (f *Follower) read(of claim.Participant, span int) FollowAction {
-	f.reading, f.pending, f.front = of, span, false
-	return FollowAction{Kind: ReadAhead, Of: of, Span: span}
+func (f *Follower) read(span int) FollowAction {
+	f.pending, f.front = span, false
+	return FollowAction{Kind: ReadAhead, Of: f.self, Span: span}
 }
 
-// found takes a read of the class ahead of f.reading: an empty span
+// found takes a read of the class ahead of this node: an empty span
 // widens to the next, until one holds a live member or the read had no
 // lower bound.
 func (f *Follower) found(ev FollowEvent) FollowAction {
@@ -175,9 +174,9 @@ func (f *Follower) found(ev FollowEvent) FollowAction {
 		return f.follow(f.pred, ev.Now)
 	}
 	span := f.pending
-	ahead := Ahead(f.reading, ev.Read)
+	ahead := Ahead(f.self, ev.Read)
 	if len(ahead) == 0 && span < len(spans) {
-		return f.read(f.reading, span+1)
+		return f.read(span + 1)
 	}
 	if len(ahead) == 0 {
 		return FollowAction{Kind: EnterFront, Why: "the first live member of its class"}
@@ -190,7 +189,7 @@ func (f *Follower) found(ev FollowEvent) FollowAction {
 // left, it reads the class again.
 func (f *Follower) next(now time.Time) FollowAction {
 	if len(f.ahead) == 0 {
-		return f.read(f.self, f.span)
+		return f.read(f.span)
 	}
 	pred := f.ahead[0]
 	f.ahead = f.ahead[1:]
@@ -242,7 +241,7 @@ func (f *Follower) changed(ev FollowEvent) FollowAction {
 		}
 		// It left its place: the nearest span first.
 		f.ahead, f.due, f.span, f.quiet = nil, false, 0, 0
-		return f.read(f.self, 0)
+		return f.read(0)
 	case Stay:
 		f.early = false
 		return f.watch()

@@ -91,7 +91,7 @@ func (w *fWorld) key() string {
 	}
 	return fmt.Sprint(w.m, w.changes, w.lose, w.raced, w.watched, w.a.Kind, w.a.Of.Name, w.a.Span, w.a.Pred,
 		w.a.Wake.Equal(f.notBefore), !w.now.Before(f.notBefore),
-		f.reading.Name, f.pending, ahead, f.pred.Name, f.early, f.due, f.span, min(f.quiet, ResyncMaxShift), f.followed)
+		f.pending, f.front, ahead, f.pred.Name, f.early, f.due, f.span, min(f.quiet, ResyncMaxShift), f.followed)
 }
 
 // participant is member i as a read or its watch shows it.
@@ -357,7 +357,7 @@ func TestExploreFollowerFindsBrokenRules(t *testing.T) {
 			return f.Step(ev)
 		}},
 		{"no wider span read", func(f *Follower, ev FollowEvent) FollowAction {
-			if ev.Kind == Found && len(Ahead(f.reading, ev.Read)) == 0 {
+			if ev.Kind == Found && len(Ahead(f.self, ev.Read)) == 0 {
 				f.pending = len(spans)
 			}
 			return f.Step(ev)

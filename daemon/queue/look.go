@@ -382,6 +382,8 @@ func (f *Front) wait(due time.Duration, stale bool) time.Duration {
 // the live ones, but not one that q shows blocked only in domains of
 // rules c does not name (a rule of another configuration): it keeps no
 // member of c behind it out.
+// Silence is as noted after this look (Look asks before): a node passed
+// over that is now held back by a limit starts its grace again.
 func (f *Front) counts(q claim.Queue, c Class, now time.Time) func(claim.Participant) bool {
 	silent := f.Silent(now)
 	return func(p claim.Participant) bool {
