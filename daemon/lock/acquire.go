@@ -342,7 +342,7 @@ func (l *Lock) verify(ctx context.Context) (*queue.Verified, error) {
 	if l.o.Held != nil {
 		v.Held = l.o.Held(self)
 	}
-	v.Snap = l.distrust(l.front.Readiness(l.bindingClaims.participants(nodes)))
+	v.Snap = l.distrust(l.front.Readiness(l.bindingClaims.Parse(nodes)))
 	v.Silent = l.front.Silent(v.Now)
 	l.reportAlarms(ctx, l.front.Alarms(v.Snap, v.Server, true))
 	return v, nil

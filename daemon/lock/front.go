@@ -121,7 +121,7 @@ func (l *Lock) frontSnapshot(ctx context.Context) ([]claim.Participant, error) {
 			return nil, err
 		}
 	}
-	return l.withOwn(l.distrust(l.front.Readiness(l.claims.participants(nodes))), l.current()), nil
+	return l.withOwn(l.distrust(l.front.Readiness(l.claims.Parse(nodes))), l.current()), nil
 }
 
 // writeRole writes this node's front label, if it is not role already,
@@ -226,8 +226,8 @@ func (l *Lock) readClass(ctx context.Context, selector string) ([]claim.Particip
 	if err != nil {
 		return nil, fmt.Errorf("find the node ahead in the queue: %w", err)
 	}
-	var parse claimCache // not kept: the read is this call's
-	return l.distrust(l.front.Readiness(parse.participants(nodes))), nil
+	var parse queue.Reader // not kept: the read is this call's
+	return l.distrust(l.front.Readiness(parse.Parse(nodes))), nil
 }
 
 // predWatch is the watch of the predecessor's Node (whole, for its Ready
@@ -289,9 +289,9 @@ func (l *Lock) watchPred(ctx context.Context, p *predWatch, name string, wake ti
 // predChanged is the predecessor n as its watch delivered it (deleted:
 // gone), for the Follower; it notes n's readiness.
 func (l *Lock) predChanged(n *corev1.Node, deleted bool) queue.FollowEvent {
-	l.front.NoteReady(n.Name, nodeReady(n) && !deleted, l.o.Now())
-	var parse claimCache
-	ps := parse.participants([]*corev1.Node{n})
+	l.front.NoteReady(n.Name, queue.NodeReady(n) && !deleted, l.o.Now())
+	var parse queue.Reader
+	ps := parse.Parse([]*corev1.Node{n})
 	if deleted || len(ps) == 0 {
 		return queue.FollowEvent{Kind: queue.Changed, Pred: claim.Participant{Name: n.Name}, Left: true}
 	}

@@ -130,7 +130,7 @@ type Lock struct {
 	failures int
 	// claims caches the parsed claims of the front's last snapshot;
 	// bindingClaims, of verify's last read.
-	claims, bindingClaims claimCache
+	claims, bindingClaims queue.Reader
 	// nodes is the cluster's node count as last read (clusterSize), 0
 	// before: it paces the join.
 	nodes int

@@ -308,12 +308,12 @@ func TestStoppedPassedOver(t *testing.T) {
 		return got
 	}
 	l := New(Options{Client: fake.NewClientset(), Node: "me", Limits: at.Limits, Now: func() time.Time { return now }, ServerNow: func() time.Time { return now }})
-	var parse claimCache
-	if got := ready(l.front.Readiness(parse.participants(nodes))); !maps.Equal(got, want) {
+	var parse queue.Reader
+	if got := ready(l.front.Readiness(parse.Parse(nodes))); !maps.Equal(got, want) {
 		t.Errorf("the lock of me reads Ready %v; want %v", got, want)
 	}
 	want["me"] = false // another node's view, or status
-	if got := ready(Participants(nodes, now, time.Minute)); !maps.Equal(got, want) {
+	if got := ready(queue.Participants(nodes, now, time.Minute)); !maps.Equal(got, want) {
 		t.Errorf("Participants reads Ready %v; want %v", got, want)
 	}
 }

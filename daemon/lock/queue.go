@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -138,34 +136,6 @@ func (l *Lock) listAt(ctx context.Context, opts metav1.ListOptions, at *string) 
 	return nodes, list.Continue != "", nil
 }
 
-// Participants turns Nodes into the rules' view of them, as another node's
-// lock sees them: one Participant for each Node with a claim label or
-// annotation (what cannot be read is kept, with Err set), each judged by
-// claim.Plausible against serverNow (the API server's clock) and
-// tolerance (the stated clock tolerance), a waiting claim marked stopped
-// taken as NotReady; Nodes without a claim are left out.
-func Participants(nodes []*corev1.Node, serverNow time.Time, tolerance time.Duration) []claim.Participant {
-	return new(QueueReader).Participants(nodes, serverNow, tolerance)
-}
-
-// QueueReader reads the queue as Participants does, and keeps each
-// claim's parse for the next read: for a reader of the whole queue again
-// and again (the simulator's checkers). The Participants share their
-// claims' maps and slices between reads: read them only.
-type QueueReader struct{ claims claimCache }
-
-// Participants is Participants, with the parses of the last read kept.
-func (r *QueueReader) Participants(nodes []*corev1.Node, serverNow time.Time, tolerance time.Duration) []claim.Participant {
-	ps := r.claims.participants(nodes)
-	for i, p := range ps {
-		if queue.Stopped(p) {
-			p.Ready = false // as the lock reads it: before Plausible
-		}
-		ps[i] = claim.Plausible(p, serverNow, tolerance)
-	}
-	return ps
-}
-
 // distrust judges every other node's claim in ps by claim.Plausible (this
 // node's own claim is left as read: the daemon knows what it wrote). It
 // runs on every read, after the cache of parsed claims, because the
@@ -180,55 +150,3 @@ func (l *Lock) distrust(ps []claim.Participant) []claim.Participant {
 	}
 	return ps
 }
-
-// claimCache keeps each node's claim as last parsed, with the label and
-// annotation it was parsed from. A node of the front decides again on
-// every change it sees; parsing every claim every time was most of its
-// CPU. The claims it returns share
-// their maps and slices between calls: the rules only read them.
-type claimCache struct {
-	mu     sync.Mutex
-	parsed map[string]parsedClaim // node name -> its last parse
-}
-
-type parsedClaim struct {
-	label, annotation string
-	claim             claim.Claim
-	err               error
-}
-
-func (cc *claimCache) participants(nodes []*corev1.Node) []claim.Participant {
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	// Rebuilt from the nodes each time, so that a node gone from the
-	// queue is forgotten.
-	next := make(map[string]parsedClaim, len(nodes))
-	ps := make([]claim.Participant, 0, len(nodes))
-	for _, n := range nodes {
-		lv, ann := n.Labels[claim.Label], n.Annotations[claim.Annotation]
-		if lv == "" && ann == "" {
-			continue
-		}
-		p, ok := cc.parsed[n.Name]
-		if !ok || p.label != lv || p.annotation != ann {
-			p = parsedClaim{label: lv, annotation: ann}
-			p.claim, p.err = claim.Parse(lv, ann)
-		}
-		next[n.Name] = p
-		ps = append(ps, claim.Participant{Name: n.Name, Labels: n.Labels, Ready: nodeReady(n), Claim: p.claim, Err: p.err})
-	}
-	cc.parsed = next
-	return ps
-}
-
-// readyStatus is n's Ready condition's status ("" when it has none).
-func readyStatus(n *corev1.Node) corev1.ConditionStatus {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status
-		}
-	}
-	return ""
-}
-
-func nodeReady(n *corev1.Node) bool { return readyStatus(n) == corev1.ConditionTrue }

@@ -5,6 +5,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kured-host/kured-host/daemon/queue"
 )
 
 // readReady reads the readiness of the nodes names (a GET each, from the
@@ -24,7 +26,7 @@ func (l *Lock) readReady(ctx context.Context, names []string) bool {
 			l.log.Debug("cannot read a node of the queue", "node", name, "err", err)
 			continue
 		default:
-			l.front.NoteReady(name, nodeReady(node), l.o.Now())
+			l.front.NoteReady(name, queue.NodeReady(node), l.o.Now())
 		}
 		read = true
 	}

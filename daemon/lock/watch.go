@@ -337,7 +337,7 @@ func queueNode(meta metav1.ObjectMeta, ready corev1.ConditionStatus) *corev1.Nod
 // the claim, the labels (state and groups) and readiness.
 func sameForQueue(a, b *corev1.Node) bool {
 	return a.Annotations[claim.Annotation] == b.Annotations[claim.Annotation] &&
-		nodeReady(a) == nodeReady(b) && maps.Equal(a.Labels, b.Labels)
+		queue.NodeReady(a) == queue.NodeReady(b) && maps.Equal(a.Labels, b.Labels)
 }
 
 // stopWatch ends the watch, if any.

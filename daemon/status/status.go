@@ -6,7 +6,7 @@
 //
 // Snapshot is a pure function of the Nodes, the local configuration and
 // the time; it counts with the lock's own rules (daemon/claim) on the
-// participants the lock itself builds (lock.Participants, which also
+// participants the lock itself builds (queue.Participants, which also
 // judges each claim as another node's lock does: claim.Plausible). Render
 // writes the table and JSON the schema of docs/status.md; Source reads
 // the API.
@@ -24,7 +24,7 @@ import (
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
-	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/queue"
 	"github.com/kured-host/kured-host/daemon/steer"
 )
 
@@ -265,7 +265,7 @@ func Snapshot(nodes []corev1.Node, local Local, now time.Time) Report {
 		unschedulable[nodes[i].Name] = nodes[i].Spec.Unschedulable
 	}
 	tolerance, _ := local.Lock.ClockTolerance()
-	s := &snap{ps: lock.Participants(ptrs, now, tolerance), local: local, own: local.Lock.Limits(), now: now, ttl: local.Lock.TTL.Std()}
+	s := &snap{ps: queue.Participants(ptrs, now, tolerance), local: local, own: local.Lock.Limits(), now: now, ttl: local.Lock.TTL.Std()}
 	s.labels = s.groupLabels()
 	q := claim.Eligibility(s.ps, now, s.ttl, nil)
 	// Waiting nodes in the queue's order, the others by since.

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/kured-host/kured-host/daemon/claim"
-	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/queue"
 )
 
 // TakeBound is how soon a waiting node whose daemon runs takes a slot it
@@ -30,7 +30,7 @@ func (w *World) watchProgress() {
 	var lastRV uint64
 	var ps []claim.Participant
 	var places map[string]time.Time // node -> its claim's since, from ps
-	var queue lock.QueueReader
+	var reader queue.Reader
 	for sleep(w.ctx, time.Second) == nil {
 		now := time.Now()
 		w.mu.Lock()
@@ -41,7 +41,7 @@ func (w *World) watchProgress() {
 		if rv := w.store.RV(); rv != lastRV || ps == nil {
 			// The queue changes only with a write.
 			lastRV = rv
-			ps = queue.Participants(w.store.Nodes(), now, 5*time.Minute)
+			ps = reader.Participants(w.store.Nodes(), now, 5*time.Minute)
 			places = make(map[string]time.Time, len(ps))
 			for _, p := range ps {
 				places[p.Name] = p.Claim.Since

@@ -14,7 +14,7 @@ import (
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
-	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/queue"
 	"github.com/kured-host/kured-host/daemon/steer"
 	"github.com/kured-host/kured-host/test/cluster"
 )
@@ -99,7 +99,7 @@ func (v *view) snapshot(ctx context.Context) ([]row, error) {
 	}
 	now := time.Now()
 	tolerance, _ := config.Default().Lock.ClockTolerance()
-	q := claim.Eligibility(lock.Participants(ours, now, tolerance), now, 0, nil)
+	q := claim.Eligibility(queue.Participants(ours, now, tolerance), now, 0, nil)
 	var rows []row
 	for _, h := range v.hosts {
 		n := byName[h.Name]
