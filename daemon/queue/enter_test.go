@@ -40,6 +40,14 @@ func TestEntrant(t *testing.T) {
 	turn := read(t0, waiting("first", time.Hour)) // a waiting node whose turn it is
 	silent := turn
 	silent.Silent = func(name string) bool { return name == "first" }
+	down := read(t0, waiting("first", time.Hour))
+	down.Snap[1].Ready = false
+	// L1: w waits first and publishes concurrency 1; e announced behind
+	// this node (concurrency 2) and its machine is dead. w cannot go
+	// while e is there: giving way to it left the slots idle for ever.
+	two := claim.Limits{Concurrency: 2}
+	stuck := read(t0, waiting("w", time.Hour), entering("e", time.Second))
+	stuck.Own, stuck.Snap[0].Claim.Limits, stuck.Snap[2].Claim.Limits = two, two, two
 
 	type step struct {
 		v    Verified
@@ -50,6 +58,8 @@ func TestEntrant(t *testing.T) {
 		steps []step
 	}{
 		{"commits when every limit holds", []step{{alone, EnterAction{Move: EnterCommit}}}},
+		// The second review's S1: an admin set the label alone back to
+		// waiting after the announce; never commit on it.
 		{"reads its own claim again when it changed under it", []step{{edited, EnterAction{Move: EnterReread, Reason: "its own claim changed under it"}}}},
 		{"reads its own Node when the read's version is not the one read whole", []step{{partial, EnterAction{Move: EnterReread, Reason: "reading its own Node"}}}},
 		{"refuses when its Node is held", []step{{held, EnterAction{Move: EnterRefuse, Reason: "held: change 42"}}}},
@@ -85,6 +95,9 @@ func TestEntrant(t *testing.T) {
 		}},
 		{"yields to a waiting node whose turn it is", []step{{turn, EnterAction{Move: EnterStepBack, Reason: yieldReason(turn), Wait: MinStepBack}}}},
 		{"does not yield to one the front passes over", []step{{silent, EnterAction{Move: EnterCommit}}}},
+		{"does not yield to a NotReady node ahead", []step{{down, EnterAction{Move: EnterCommit}}}},
+		// The second review's L1 (above).
+		{"does not yield to a node ahead that cannot go now", []step{{stuck, EnterAction{Move: EnterStay, Reason: reason(stuck), Wait: StayLook}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
