@@ -68,31 +68,12 @@ func (l *Lock) Join(ctx context.Context, with marks.Change) error {
 	}
 }
 
-// joinRate is the pace at which the nodes of a cluster join the queue
-// together, at most: each waits a random time up to nodes/joinRate
-// (joinSpreadMax at most) before it writes. A join is about ten requests
-// (the write, the reads of the queue ahead and of the claims that bind
-// the node, a watch); at 50 a second the first seconds of a 500-node
-// roll were where kured-host slowed the kubelets' heartbeats (p99 51 to
-// 83 ms against 20 to 23 for a lock that makes no requests, on `make
-// bench`); at 25 its roll's heartbeats were the no-request lock's within
-// a few ms. The first node still joins at once, and 25 a second is five
-// times the pace at which k = 10 slots of 2 s are taken.
-const (
-	joinRate      = 25 // nodes per second
-	joinSpreadMax = 2 * time.Minute
-	// joinReadAfter: a join writes on a version of the Node read or
-	// written at most this long ago; an older one is read again first.
-	joinReadAfter = time.Second
-)
+// joinReadAfter: a join writes on a version of the Node read or written
+// at most this long ago; an older one is read again first.
+const joinReadAfter = time.Second
 
-// JoinSpread is the time over which the nodes of a cluster of n nodes
-// that all learn of a reboot at once write their joins.
-func JoinSpread(n int) time.Duration {
-	return min(time.Duration(n)*time.Second/joinRate, joinSpreadMax)
-}
-
-// paceJoin waits a random time up to the cluster's node count / joinRate.
+// paceJoin waits a random time up to the cluster's node count /
+// queue.JoinRate (queue.JoinDelay).
 // The count is the one keepCount read last, or read now (one small
 // consistent read) if there is none; if that fails, the node joins now.
 func (l *Lock) paceJoin(ctx context.Context) error {
@@ -104,13 +85,12 @@ func (l *Lock) paceJoin(ctx context.Context) error {
 			return nil
 		}
 	}
-	spread := JoinSpread(n)
-	if spread <= 0 {
+	l.mu.Lock()
+	d := queue.JoinDelay(n, l.o.Rand.Int64N)
+	l.mu.Unlock()
+	if d <= 0 {
 		return nil
 	}
-	l.mu.Lock()
-	d := time.Duration(l.o.Rand.Int64N(int64(spread)))
-	l.mu.Unlock()
 	l.log.Debug("pacing the join", "nodes", n, "in", d)
 	return sleep(ctx, d)
 }

@@ -155,10 +155,11 @@ func newWorld(cfg dConfig, seed uint64) *dWorld {
 		n := &dNode{p: p, front: &Front{Node: p.Name, Grace: time.Minute, Jitter: jitter},
 			silent: cfg.silentEvery > 0 && i%cfg.silentEvery == cfg.silentEvery-1 || slices.Contains(cfg.hung, i)}
 		w.nodes = append(w.nodes, n)
-		// Every node learns of the update within two minutes.
-		join := t0.Add(time.Duration(w.rnd.Int64N(int64(2 * time.Minute))))
-		if cfg.joinEvery > 0 {
-			join = t0.Add(time.Duration(i) * cfg.joinEvery)
+		// Every node learns of the update within two minutes, and
+		// paces its join.
+		join := t0.Add(time.Duration(i) * cfg.joinEvery)
+		if cfg.joinEvery == 0 {
+			join = t0.Add(time.Duration(w.rnd.Int64N(int64(2*time.Minute))) + JoinDelay(cfg.nodes, w.rnd.Int64N))
 		}
 		w.at(join, dEvent{node: i, kind: dJoin})
 	}
@@ -571,7 +572,7 @@ func TestDrive(t *testing.T) {
 		}
 		// Two slots at a time (concurrency 2), 30 s each, after the
 		// joins of two minutes at most.
-		ideal := 2*time.Minute + time.Duration(cfg.nodes/cfg.conc)*cfg.hold
+		ideal := 2*time.Minute + JoinSpread(cfg.nodes) + time.Duration(cfg.nodes/cfg.conc)*cfg.hold
 		reads, looks := 0, 0
 		for _, n := range w.nodes {
 			reads, looks = max(reads, n.reads), max(looks, n.looks)
@@ -612,21 +613,35 @@ func TestDriveSilent(t *testing.T) {
 // resync (20 minutes at most) and enters; from then on each node comes
 // in as soon as the one ahead of it takes its slot from the front, not at
 // its own resync: the roll ends within that resync and one slot per node.
+// A hung node further back (the sixth) costs the node behind it its first
+// resync too, and, when that resync still finds live members of the front
+// ahead of it (in 10 of 100 seeds), the next one, doubled: 60 minutes at
+// most (docs/claims.md, "Dead, stopped and NotReady members").
 func TestDriveHungHead(t *testing.T) {
-	for _, hung := range [][]int{{0}, {0, 1}, {0, 1, 5}} {
-		t.Run(fmt.Sprint("hung ", hung), func(t *testing.T) {
-			cfg := dConfig{nodes: 20, zones: 1, conc: 1, zoneMax: 1, hold: 30 * time.Second, hung: hung, joinEvery: time.Second}
-			for seed := range uint64(5) {
+	for _, tc := range []struct {
+		hung    []int
+		resyncs time.Duration // the most the hung ones can cost, in resync periods
+	}{
+		{[]int{0}, 2},
+		{[]int{0, 1}, 2},
+		{[]int{0, 1, 5}, 6},
+	} {
+		t.Run(fmt.Sprint("hung ", tc.hung), func(t *testing.T) {
+			cfg := dConfig{nodes: 20, zones: 1, conc: 1, zoneMax: 1, hold: 30 * time.Second, hung: tc.hung, joinEvery: time.Second}
+			bound := tc.resyncs*ResyncEvery + time.Duration(cfg.nodes-len(tc.hung))*cfg.hold + time.Minute
+			var longest time.Duration
+			for seed := range uint64(100) {
 				w := drive(cfg, seed)
 				if w.broken != "" {
 					t.Fatalf("seed %d: %s\n%s", seed, w.broken, w.trace.String())
 				}
-				bound := 2*ResyncEvery + time.Duration(cfg.nodes-len(hung))*cfg.hold + time.Minute
-				t.Logf("seed %d: done at %v", seed, w.last.Sub(t0).Round(time.Second))
-				if took := w.last.Sub(t0); took > bound {
+				took := w.last.Sub(t0)
+				longest = max(longest, took)
+				if took > bound {
 					t.Errorf("seed %d: done at %v, after %v", seed, took.Round(time.Second), bound)
 				}
 			}
+			t.Logf("100 seeds: done at %v at the latest (bound %v)", longest.Round(time.Second), bound)
 		})
 	}
 }

@@ -21,7 +21,7 @@ import (
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/kube"
-	"github.com/kured-host/kured-host/daemon/lock"
+	"github.com/kured-host/kured-host/daemon/queue"
 	"github.com/kured-host/kured-host/test/cluster"
 )
 
@@ -176,7 +176,7 @@ type result struct {
 	HeartbeatServerRoll latency `json:"heartbeatServerRoll"`
 	HeartbeatServerBusy latency `json:"heartbeatServerBusiestSecond"`
 	// The roll's heartbeats split where kured-host's join spread ends
-	// (lock.JoinSpread after the first sentinel, JoinSeconds), the same
+	// (queue.JoinSpread after the first sentinel, JoinSeconds), the same
 	// cut for every strategy: the burst of joins against the rest of
 	// the roll, hand-offs and reboots. Round trip, then server time.
 	JoinSeconds              float64 `json:"joinSeconds"`
@@ -363,8 +363,8 @@ func rollOnce(tb testing.TB, ctx context.Context, f *fleet, w slotWatch, c rollC
 	r := measure(c, strategy, start, end, slots, reqs, watch, cpu, memBefore, mem)
 	heartbeats(&r, idle, cp.Heartbeats(start, end), reqs, all.Between(start, end))
 	serverHeartbeats(&r, all.Between(idleFrom, idleTo), all.Between(start, end), reqs)
-	joined := start.Add(lock.JoinSpread(c.Nodes))
-	r.JoinSeconds = lock.JoinSpread(c.Nodes).Seconds()
+	joined := start.Add(queue.JoinSpread(c.Nodes))
+	r.JoinSeconds = queue.JoinSpread(c.Nodes).Seconds()
 	r.HeartbeatJoin, r.HeartbeatAfterJoin = latencyOf(cp.Heartbeats(start, joined)), latencyOf(cp.Heartbeats(joined, end))
 	r.HeartbeatServerJoin = serverHeartbeatTimes(r.Strategy, all.Between(start, joined.Add(-1)))
 	r.HeartbeatServerAfterJoin = serverHeartbeatTimes(r.Strategy, all.Between(joined, end))
