@@ -77,11 +77,12 @@ type dEvent struct {
 	seq  int
 	node int
 	kind dKind
-	// gen: dFollowEv: the request it answers; dLook and dVerify from a
-	// timer: its gen (-1: a change); dSteppedBack: the back-off.
-	gen int
-	ev  FollowEvent
-	p   claim.Participant // dDelivered
+	// gen: dFollowEv: the request it answers; dLook: its look's gen (-1:
+	// a change); dVerify: its verify's gen.
+	gen  int
+	wait time.Duration // dSteppedBack: the back-off
+	ev   FollowEvent
+	p    claim.Participant // dDelivered
 }
 
 type dQueue []dEvent
@@ -421,23 +422,22 @@ func (w *dWorld) entering(e dEvent) {
 			w.at(w.reply(), dEvent{node: i, kind: dCommitted})
 		case EnterStepBack:
 			w.logf("%s steps back: %s", n.p.Name, a.Reason)
-			w.at(w.reply(), dEvent{node: i, kind: dSteppedBack, gen: int(a.Wait)})
+			w.at(w.reply(), dEvent{node: i, kind: dSteppedBack, wait: a.Wait})
 		case EnterStay:
-			n.verGen++
-			w.at(w.now.Add(n.front.Jitter(a.Wait)), dEvent{node: i, kind: dVerify, gen: n.verGen})
+			w.verifySoon(i, w.now.Add(n.front.Jitter(a.Wait)))
 		default:
 			w.broken = fmt.Sprintf("%s: %s, from a read of its own claim", n.p.Name, a.Move)
 		}
 	case dCommitted:
 		w.commit(i)
 	case dSteppedBack:
-		// Back in the front after the back-off (gen carries it).
+		// Back in the front after the back-off.
 		n.p.Claim.State, n.mode = claim.Waiting, dFront
 		n.enter.Waiting()
 		w.stepBacks++
 		w.changed(i)
 		n.lookGen++
-		w.at(w.now.Add(n.front.Jitter(time.Duration(max(e.gen, 1)))), dEvent{node: i, kind: dLook, gen: n.lookGen})
+		w.at(w.now.Add(n.front.Jitter(max(e.wait, 1))), dEvent{node: i, kind: dLook, gen: n.lookGen})
 	}
 }
 
