@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/cycle"
 )
 
 // The queue's cores driven from one loop: a roll of many nodes, each
@@ -22,7 +23,9 @@ import (
 // every time, which TestDriveIsDeterministic checks. A node the Front
 // admits announces; its real Entrant decides from each verify, a
 // consistent read of the world, whether it commits, stays or steps back.
-// The world checks the limits at every commit.
+// The world checks the limits at every commit. A node that holds a slot
+// goes through the reboot cycle with the real cycle.Next
+// (drive_cycle_test.go) until it releases.
 
 type dMode int8
 
@@ -36,6 +39,7 @@ const (
 
 type dNode struct {
 	p       claim.Participant // its claim and labels as the world has them
+	h       dHost             // its machine and its daemon's memory
 	joined  bool
 	silent  bool // its daemon hangs after the join
 	done    bool
@@ -64,12 +68,18 @@ const (
 	dJoin dKind = iota
 	dFollowEv
 	dLook
-	dRelease
 	dAnnounced // the announce's write lands
 	dVerify    // the verify's read, at the moment of the event
 	dCommitted // the commit's write lands
 	dSteppedBack
 	dDelivered // a change the front's watches carry to the node
+	// The holder's cycle (drive_cycle_test.go).
+	dCycle      // its daemon decides its next step
+	dStepDone   // the step's write lands, or its drain ends
+	dDown       // the reboot asked for takes the machine down
+	dBooted     // the machine is up again, its daemon started
+	dReadyAgain // its kubelet reports the new boot Ready
+	dStarted    // its daemon, crashed, is started again
 )
 
 type dEvent struct {
@@ -81,6 +91,7 @@ type dEvent struct {
 	// a change); dVerify: its verify's gen.
 	gen  int
 	wait time.Duration // dSteppedBack: the back-off
+	step cycle.Step    // dStepDone
 	ev   FollowEvent
 	p    claim.Participant // dDelivered
 }
@@ -121,6 +132,12 @@ type dConfig struct {
 	lag time.Duration
 	// tamper, if set, changes what each verify read (a broken variant).
 	tamper func(name string, v *Verified)
+	// faults: holders' daemons crash and machines reboot unplanned
+	// (drive_cycle_test.go).
+	faults bool
+	// next, if set, decides the holders' steps in place of cycle.Next
+	// (a broken variant).
+	next func(cycle.Facts) cycle.Step
 }
 
 type dWorld struct {
@@ -153,7 +170,7 @@ func newWorld(cfg dConfig, seed uint64) *dWorld {
 		p := claim.Participant{Name: fmt.Sprintf("n%03d", i), Ready: true, Labels: map[string]string{zone: z}}
 		p.Claim = claim.Claim{V: 1, Limits: claim.Limits{Concurrency: cfg.conc, Groups: []claim.GroupLimit{{Label: zone, Max: cfg.zoneMax}}},
 			Groups: map[string]string{zone: z}}
-		n := &dNode{p: p, front: &Front{Node: p.Name, Grace: time.Minute, Jitter: jitter},
+		n := &dNode{p: p, h: dHost{boot: 1, needed: true, up: true, undrained: true}, front: &Front{Node: p.Name, Grace: time.Minute, Jitter: jitter},
 			silent: cfg.silentEvery > 0 && i%cfg.silentEvery == cfg.silentEvery-1 || slices.Contains(cfg.hung, i)}
 		w.nodes = append(w.nodes, n)
 		// Every node learns of the update within two minutes, and
@@ -245,13 +262,8 @@ func (w *dWorld) run(deadline time.Duration) {
 				// next verify forward (the real one waits for a change).
 				w.verifySoon(e.node, w.reply())
 			}
-		case dRelease:
-			n.done, n.mode = true, dIdle
-			n.p.Claim = claim.Claim{}
-			n.p.Labels = map[string]string{zone: n.p.Labels[zone]}
-			w.last = w.now
-			w.logf("%s releases", n.p.Name)
-			w.changed(e.node)
+		case dCycle, dStepDone, dDown, dBooted, dReadyAgain, dStarted:
+			w.hostEvent(e)
 		}
 	}
 }
@@ -472,7 +484,9 @@ func (w *dWorld) verified(i int) Verified {
 func (w *dWorld) commit(i int) {
 	n := w.nodes[i]
 	acquired := w.now
-	n.p.Claim.State, n.p.Claim.Acquired, n.p.Claim.BootID = claim.Holding, &acquired, "b"
+	n.p.Claim.State, n.p.Claim.Acquired, n.p.Claim.BootID = claim.Holding, &acquired, bootName(n.h.boot)
+	n.p.Claim.Phase = claim.PhaseCordoned // the commit cordons (lock.commit)
+	n.h.mark, n.h.unsched = true, true
 	n.mode, n.view = dIdle, nil
 	w.holds++
 	w.logf("%s takes a slot", n.p.Name)
@@ -496,7 +510,7 @@ func (w *dWorld) commit(i int) {
 		w.broken = fmt.Sprintf("%s took a slot beyond the limits: %d held, %d in its zone", n.p.Name, total, zones[n.p.Labels[zone]])
 	}
 	w.changed(i)
-	w.at(w.now.Add(w.cfg.hold), dEvent{node: i, kind: dRelease})
+	w.startCycle(i)
 }
 
 // watchFront starts node i's watches of the front: they list it first.
@@ -549,7 +563,7 @@ func drive(cfg dConfig, seed uint64) *dWorld {
 	if w.broken == "" {
 		for _, n := range w.nodes {
 			if !n.done && !n.silent {
-				w.broken = fmt.Sprintf("%s never took a slot (mode %d, request %s)", n.p.Name, n.mode, show(n.a))
+				w.broken = fmt.Sprintf("%s never rebooted and released (mode %d, request %s, claim %+v)", n.p.Name, n.mode, show(n.a), n.p.Claim)
 				break
 			}
 		}
@@ -570,15 +584,15 @@ func TestDrive(t *testing.T) {
 		if w.broken != "" {
 			t.Fatalf("seed %d: %s\n%s", seed, w.broken, w.trace.String())
 		}
-		// Two slots at a time (concurrency 2), 30 s each, after the
-		// joins of two minutes at most.
+		// Two slots at a time (concurrency 2), each cycle within 30 s,
+		// after the joins of two minutes at most.
 		ideal := 2*time.Minute + JoinSpread(cfg.nodes) + time.Duration(cfg.nodes/cfg.conc)*cfg.hold
 		reads, looks := 0, 0
 		for _, n := range w.nodes {
 			reads, looks = max(reads, n.reads), max(looks, n.looks)
 		}
 		if seed == 0 {
-			t.Logf("seed 0: done at %v (%.2f of the ideal bound %v); at most %d reads ahead and %d looks a node; %d step backs", w.last.Sub(t0).Round(time.Second),
+			t.Logf("seed 0: done at %v (%.2f of the bound %v); at most %d reads ahead and %d looks a node; %d step backs", w.last.Sub(t0).Round(time.Second),
 				float64(w.last.Sub(t0))/float64(ideal), ideal, reads, looks, w.stepBacks)
 		}
 		if w.last.Sub(t0) > ideal {
@@ -665,10 +679,11 @@ func TestDriveFindsBrokenVerify(t *testing.T) {
 	t.Fatal("no seed of 20 found it")
 }
 
-// TestDriveIsDeterministic: each seed, run twice, gives the same trace,
+// TestDriveIsDeterministic: each seed, run twice (hung daemons, holders
+// that crash and machines that reboot unplanned), gives the same trace,
 // byte for byte.
 func TestDriveIsDeterministic(t *testing.T) {
-	cfg := dConfig{nodes: 30, zones: 3, conc: 2, zoneMax: 1, hold: 30 * time.Second, silentEvery: 7, lag: time.Second}
+	cfg := dConfig{nodes: 30, zones: 3, conc: 2, zoneMax: 1, hold: 30 * time.Second, silentEvery: 7, lag: time.Second, faults: true}
 	sum := func(s string) uint64 { h := fnv.New64a(); h.Write([]byte(s)); return h.Sum64() }
 	for seed := range uint64(100) {
 		a, b := drive(cfg, seed), drive(cfg, seed)

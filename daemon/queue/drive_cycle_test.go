@@ -1,0 +1,342 @@
+package queue
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kured-host/kured-host/daemon/claim"
+	"github.com/kured-host/kured-host/daemon/cycle"
+)
+
+// The holder's cycle in the drive: once a node commits, its daemon decides
+// each step with the real cycle.Next from what it knows (its claim as the
+// world has it, its Node's cordon mark, this boot, the sentinel, what the
+// process remembers), and the world carries the step out: the writes of
+// daemon/*.go, a drain that takes a while, a reboot asked for that takes
+// the machine down, a boot, a kubelet that reports Ready. Under the
+// faults drawn from the seed (dConfig.faults: a daemon that crashes at a
+// step and is started again, a machine that reboots unplanned before its
+// reboot is asked for) the world checks the cycle's promises as they are
+// broken: a slot released as done only after a reboot, a reboot asked for
+// only drained and by the holder, evictions only from a cordoned node, and
+// at the end no cordon of kured-host's left. The durations of a cycle are
+// drawn within dConfig.hold, so a roll's bound is as before.
+
+// dHost is a node's machine and its daemon's memory, beside its claim.
+type dHost struct {
+	boot      int
+	needed    bool // the sentinel
+	up        bool // the daemon runs (the machine is up, no crash)
+	off       bool // the machine is down
+	waitReady bool // the daemon waits for the kubelet's Ready to resume
+	pending   bool // a reboot was asked for: the machine goes down next
+	mark      bool // kured-host's cordon annotation
+	unsched   bool
+	undrained bool // pods that must be evicted before a reboot
+	// The daemon's memory, lost in a crash or a reboot: Facts.Took and
+	// Facts.Drained.
+	took    *time.Time
+	drained bool
+	gen     int // the daemon's: a step of a daemon since gone is dropped
+	steps   int // cycle steps decided since the commit
+	crashAt int // the step at which the daemon crashes (0: none)
+	downAt  int // the step at which the machine reboots unplanned (0: none)
+	crashes int
+}
+
+func bootName(b int) string { return fmt.Sprint("b", b) }
+
+// facts are what the daemon gathers (daemon.facts).
+func (n *dNode) facts() cycle.Facts {
+	f := cycle.Facts{State: n.p.Claim.State, Claim: n.p.Claim, Took: n.h.took, CordonMark: n.h.mark,
+		NotNeeded: !n.h.needed, Drained: n.h.drained}
+	if n.p.Claim.State == claim.Holding {
+		f.Boot = bootName(n.h.boot)
+	}
+	return f
+}
+
+// ours: the claim is still the slot the daemon's writes are conditional
+// on (the one it took, or the one it read).
+func (n *dNode) ours() bool {
+	if n.p.Claim.State != claim.Holding || n.p.Claim.Acquired == nil {
+		return false
+	}
+	return n.h.took == nil || n.p.Claim.Acquired.Equal(*n.h.took)
+}
+
+// startCycle: node i has just committed (its slot taken and its node
+// cordoned in one write); its daemon goes on with the cycle, under the
+// faults drawn for this slot.
+func (w *dWorld) startCycle(i int) {
+	n := w.nodes[i]
+	n.h.took, n.h.steps = n.p.Claim.Acquired, 0
+	n.h.crashAt, n.h.downAt = 0, 0
+	if w.cfg.faults {
+		if w.rnd.IntN(4) == 0 {
+			n.h.crashAt = 1 + w.rnd.IntN(5)
+		}
+		if w.rnd.IntN(8) == 0 {
+			n.h.downAt = 1 + w.rnd.IntN(3)
+		}
+	}
+	w.cycleSoon(i, w.reply())
+}
+
+func (w *dWorld) cycleSoon(i int, t time.Time) {
+	w.at(t, dEvent{node: i, kind: dCycle, gen: w.nodes[i].h.gen})
+}
+
+// within is a duration drawn between lo and hi hundredths of a slot's
+// hold.
+func (w *dWorld) within(lo, hi int64) time.Duration {
+	h := int64(w.cfg.hold) / 100
+	return time.Duration(lo*h + w.rnd.Int64N((hi-lo)*h+1))
+}
+
+// decide is one decision of node i's daemon: the step, or a fault in its
+// place; the step's effect lands when its write does (stepDone).
+func (w *dWorld) decide(i int) {
+	n := w.nodes[i]
+	n.h.steps++
+	switch {
+	case n.h.steps == n.h.crashAt:
+		n.h.crashes++
+		w.logf("%s: the daemon crashes", n.p.Name)
+		w.forget(i)
+		w.at(w.now.Add(w.within(3, 30)), dEvent{node: i, kind: dStarted, gen: n.h.gen})
+		return
+	case n.h.steps == n.h.downAt && !n.h.pending && n.h.boot == w.bootOfSlot(n):
+		w.logf("%s: the machine reboots unplanned", n.p.Name)
+		w.down(i)
+		return
+	}
+	next := cycle.Next
+	if w.cfg.next != nil {
+		next = w.cfg.next
+	}
+	s := next(n.facts())
+	if s.BeforeReboot() {
+		n.h.took = n.p.Claim.Acquired
+	}
+	if s != cycle.Idle {
+		w.logf("%s: %s", n.p.Name, s)
+	}
+	switch s {
+	case cycle.Idle:
+		if n.p.Claim.State == "" && !n.done {
+			w.broken = fmt.Sprintf("%s: its claim went away before its reboot", n.p.Name)
+		}
+		return // nothing to do: the roll is over for this node
+	case cycle.Resume:
+		if !n.p.Ready {
+			n.h.waitReady = true // healthy first: the kubelet's Ready brings the next look
+			return
+		}
+	case cycle.StartDrain, cycle.Drain, cycle.RequestReboot, cycle.RecordBack:
+	default:
+		// No fault drawn here removes, rewrites or spoils a claim: no
+		// other step may come.
+		w.broken = fmt.Sprintf("%s: step %q from %+v", n.p.Name, s, n.facts())
+		return
+	}
+	t := w.reply()
+	if s == cycle.Drain {
+		t = t.Add(w.within(5, 25))
+	}
+	w.at(t, dEvent{node: i, kind: dStepDone, gen: n.h.gen, step: s})
+}
+
+// stepDone: step s's writes land (each conditional on the claim still
+// being the slot the daemon works on), and the world checks them.
+func (w *dWorld) stepDone(i int, s cycle.Step) {
+	n := w.nodes[i]
+	ok := n.ours()
+	switch s {
+	case cycle.StartDrain:
+		if ok {
+			n.p.Claim.Phase = claim.PhaseDraining
+		}
+	case cycle.Drain:
+		if ok {
+			if !n.h.unsched {
+				w.broken = fmt.Sprintf("%s: evicting from a schedulable node", n.p.Name)
+			}
+			n.h.undrained, n.h.drained = false, true
+		}
+	case cycle.RequestReboot:
+		if ok {
+			n.p.Claim.Phase = claim.PhaseRebooting
+		}
+		switch {
+		case n.p.Claim.State != claim.Holding:
+			w.broken = fmt.Sprintf("%s: a reboot asked for without a slot", n.p.Name)
+		case n.h.undrained:
+			w.broken = fmt.Sprintf("%s: a reboot asked for undrained", n.p.Name)
+		}
+		if !n.h.pending {
+			n.h.pending = true
+			w.logf("%s asks for its reboot", n.p.Name)
+			w.at(w.now.Add(w.within(2, 5)), dEvent{node: i, kind: dDown})
+		}
+		return // the machine goes down; the next boot's daemon goes on
+	case cycle.RecordBack:
+		if ok {
+			n.p.Claim.Phase = claim.PhaseRebooted
+		}
+	case cycle.Resume:
+		if n.p.Claim.State == claim.Holding {
+			w.release(i)
+		}
+		return
+	}
+	w.cycleSoon(i, w.now)
+}
+
+// release frees node i's slot and uncordons it in one write, and checks
+// that a reboot came between its taking and its release.
+func (w *dWorld) release(i int) {
+	n := w.nodes[i]
+	if n.p.Claim.BootID == bootName(n.h.boot) && n.p.Claim.Phase != claim.PhaseAborted {
+		w.broken = fmt.Sprintf("%s: released as done in the boot the slot was taken in", n.p.Name)
+	}
+	n.done, n.mode = true, dIdle
+	n.p.Claim = claim.Claim{}
+	n.p.Labels = map[string]string{zone: n.p.Labels[zone]}
+	n.h.mark, n.h.unsched, n.h.undrained = false, false, true
+	w.last = w.now
+	w.logf("%s releases", n.p.Name)
+	w.changed(i)
+}
+
+// bootOfSlot is the boot node n's slot was taken in.
+func (w *dWorld) bootOfSlot(n *dNode) int {
+	var b int
+	fmt.Sscanf(n.p.Claim.BootID, "b%d", &b)
+	return b
+}
+
+// forget: node i's daemon is gone, with what it remembered.
+func (w *dWorld) forget(i int) {
+	h := &w.nodes[i].h
+	h.up, h.took, h.drained = false, nil, false
+	h.gen++
+}
+
+// down: node i's machine goes down; it boots again after a while, the
+// update applied, and its kubelet reports Ready a little later.
+func (w *dWorld) down(i int) {
+	n := w.nodes[i]
+	w.forget(i)
+	n.h.pending, n.h.needed, n.h.off, n.h.waitReady = false, false, true, false
+	n.p.Ready = false
+	w.changed(i)
+	w.at(w.now.Add(w.within(25, 45)), dEvent{node: i, kind: dBooted})
+}
+
+// hostEvent runs an event of node i's machine or daemon.
+func (w *dWorld) hostEvent(e dEvent) {
+	i, n := e.node, w.nodes[e.node]
+	switch e.kind {
+	case dCycle:
+		if e.gen == n.h.gen && n.h.up {
+			w.decide(i)
+		}
+	case dStepDone:
+		if e.gen == n.h.gen && n.h.up {
+			w.stepDone(i, e.step)
+		}
+	case dDown:
+		w.logf("%s goes down", n.p.Name)
+		w.down(i)
+	case dBooted:
+		n.h.boot++
+		n.h.up, n.h.off = true, false
+		w.logf("%s boots (%s)", n.p.Name, bootName(n.h.boot))
+		w.cycleSoon(i, w.reply())
+		w.at(w.now.Add(w.within(3, 12)), dEvent{node: i, kind: dReadyAgain})
+	case dReadyAgain:
+		n.p.Ready = true
+		w.changed(i)
+		if n.h.waitReady && n.h.up {
+			n.h.waitReady = false
+			w.cycleSoon(i, w.reply())
+		}
+	case dStarted:
+		if e.gen != n.h.gen || n.h.off {
+			return // the machine went down since: its boot starts the daemon
+		}
+		n.h.up = true
+		w.logf("%s: the daemon starts again", n.p.Name)
+		w.cycleSoon(i, w.reply())
+	}
+}
+
+// TestDriveCycleFaults: rolls of 60 nodes where a quarter of the holders'
+// daemons crash at one of their first steps and an eighth of the machines
+// reboot unplanned before their reboot is asked for: every node reboots
+// and releases, within the limits, each release after a reboot, each
+// reboot drained.
+func TestDriveCycleFaults(t *testing.T) {
+	cfg := dConfig{nodes: 60, zones: 3, conc: 2, zoneMax: 1, hold: 30 * time.Second, lag: time.Second, faults: true}
+	crashes, unplanned := 0, 0
+	for seed := range uint64(20) {
+		w := drive(cfg, seed)
+		if w.broken != "" {
+			t.Fatalf("seed %d: %s\n%s", seed, w.broken, w.trace.String())
+		}
+		for _, n := range w.nodes {
+			crashes += n.h.crashes
+		}
+		unplanned += strings.Count(w.trace.String(), "reboots unplanned")
+	}
+	t.Logf("20 seeds: %d crashes of a holder's daemon, %d unplanned reboots", crashes, unplanned)
+	if crashes == 0 || unplanned == 0 {
+		t.Errorf("the faults did not happen: %d crashes, %d unplanned reboots", crashes, unplanned)
+	}
+}
+
+// TestDriveFindsBrokenCycle: each rule of cycle.Next broken by hand is
+// found by the world's checks; the one that trusts a recorded drain after
+// a restart only with the faults on.
+func TestDriveFindsBrokenCycle(t *testing.T) {
+	tests := []struct {
+		name   string
+		faults bool
+		next   func(cycle.Facts) cycle.Step
+		want   string
+	}{
+		{"released without a reboot", false, func(f cycle.Facts) cycle.Step {
+			if s := cycle.Next(f); s != cycle.RequestReboot {
+				return s
+			}
+			return cycle.Resume
+		}, "released as done in the boot the slot was taken in"},
+		{"the reboot asked for without the drain", false, func(f cycle.Facts) cycle.Step {
+			if s := cycle.Next(f); s != cycle.Drain {
+				return s
+			}
+			return cycle.RequestReboot
+		}, "a reboot asked for undrained"},
+		{"a drain begun taken as done after a restart", true, func(f cycle.Facts) cycle.Step {
+			if f.State == claim.Holding && f.Claim.Phase == claim.PhaseDraining && f.Took == nil {
+				return cycle.RequestReboot
+			}
+			return cycle.Next(f)
+		}, "a reboot asked for undrained"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := dConfig{nodes: 60, zones: 3, conc: 2, zoneMax: 1, hold: 30 * time.Second, lag: time.Second, faults: tt.faults, next: tt.next}
+			for seed := range uint64(20) {
+				if w := drive(cfg, seed); strings.Contains(w.broken, tt.want) {
+					t.Logf("seed %d: %s", seed, w.broken)
+					return
+				}
+			}
+			t.Fatalf("no seed of 20 found %q", tt.want)
+		})
+	}
+}
