@@ -49,8 +49,8 @@ fuzz: ## short fuzz runs of the claim parser and the lock's rules
 # The simulator (test/sim): the real daemon on simulated clusters, virtual
 # time, faults drawn per seed. SEED=N replays one seed; SEEDS=N runs N.
 SEEDS ?= 1000
-sim: ## the simulator: its scenarios, then SEEDS seeds (1000) of the real daemon under faults; SEED=N replays one
-	cd test/sim && $(if $(SEED),,$(GO) test -count=1 -timeout 30m ./... && )SIM_SEEDS=$(SEEDS) SIM_SEED=$(SEED) $(GO) test -count=1 -timeout 30m -run '^TestSim$$'
+sim: ## the simulators: the queue's and the cycle's cores driven from one loop (daemon/queue's drive), then the real daemon's scenarios and SEEDS seeds (1000) under faults; SEED=N replays one of the latter
+	$(if $(SEED),,$(GO) test -count=1 -timeout 30m -run '^TestDrive' ./daemon/queue/ && )cd test/sim && $(if $(SEED),,$(GO) test -count=1 -timeout 30m ./... && )SIM_SEEDS=$(SEEDS) SIM_SEED=$(SEED) $(GO) test -count=1 -timeout 30m -run '^TestSim$$'
 
 # A measurement, not a test: what a roll costs the API server, on the
 # simulator (requests, bytes per node, makespan against the ideal). 100
