@@ -138,6 +138,10 @@ type dConfig struct {
 	// mixed: each node publishes limits of its own, drawn up to conc and
 	// zoneMax.
 	mixed bool
+	// noOtherLimitsWatch: the front's looks do not see the waiting
+	// claims that publish other limits (a broken variant of the lock's
+	// watches).
+	noOtherLimitsWatch bool
 	// lag, if set, is the most a look at the front lags (its watches):
 	// each look sees the others as they were a time drawn up to lag ago.
 	lag time.Duration
@@ -381,8 +385,10 @@ func (w *dWorld) lookSoon(i int) {
 	}
 }
 
-// look is one look of node i at the front, as its watches show it: the
-// nodes with a front label and every active claim, and itself.
+// look is one look of node i at the front, as its watches show it (the
+// lock's three informers): the nodes with a front label, every active
+// claim, the waiting claims that publish other limits than its own, and
+// itself.
 func (w *dWorld) look(i int) {
 	n := w.nodes[i]
 	n.looks++
@@ -390,7 +396,8 @@ func (w *dWorld) look(i int) {
 	for j := range w.nodes {
 		p, ok := n.view[w.nodes[j].p.Name]
 		_, front := p.Labels[FrontLabel]
-		if j != i && ok && (front || p.Claim.State.Active()) {
+		other := p.Claim.State == claim.Waiting && !w.cfg.noOtherLimitsWatch && otherLimits(p, n.p)
+		if j != i && ok && (front || p.Claim.State.Active() || other) {
 			snap = append(snap, w.copyOf(p))
 		}
 	}
@@ -494,8 +501,7 @@ func (w *dWorld) verified(i int) Verified {
 	for j, m := range w.nodes {
 		_, front := m.p.Labels[FrontLabel]
 		waiting := m.p.Claim.State == claim.Waiting
-		other := waiting && (m.p.Claim.Limits.Concurrency != n.p.Claim.Limits.Concurrency || !slices.Equal(m.p.Claim.Limits.Groups, n.p.Claim.Limits.Groups))
-		if j == i || m.p.Claim.State.Active() || front && waiting || other {
+		if j == i || m.p.Claim.State.Active() || waiting && (front || otherLimits(m.p, n.p)) {
 			snap = append(snap, w.copyOf(m.p))
 		}
 	}
@@ -544,6 +550,12 @@ func (w *dWorld) commit(i int) {
 	if n.h.up {
 		w.startCycle(i)
 	}
+}
+
+// otherLimits: p publishes other limits than self.
+func otherLimits(p, self claim.Participant) bool {
+	a, b := p.Claim.Limits, self.Claim.Limits
+	return a.Concurrency != b.Concurrency || !slices.Equal(a.Groups, b.Groups)
 }
 
 // strictest are the limits node n's commit must keep: the smallest that

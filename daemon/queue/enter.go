@@ -83,24 +83,6 @@ type Verified struct {
 	Silent func(name string) bool
 }
 
-// passedOver says which waiting nodes an entering one does not give way
-// to: those the front passes over for their silence, and those not in
-// the front. A waiting claim that publishes other limits than this
-// node's is read for its limits, which bind, wherever it waits; but only
-// a member of the front is about to take its turn. One behind its
-// class's front goes after that front, and one whose daemon hung before
-// it came into the front never takes it: given way to, it held back
-// every node of every other class for as long as it hung.
-func (v Verified) passedOver() func(string) bool {
-	behind := map[string]bool{}
-	for _, p := range v.Snap {
-		if p.Claim.State == claim.Waiting && RoleOf(p.Labels) == RoleBehind {
-			behind[p.Name] = true
-		}
-	}
-	return func(name string) bool { return behind[name] || v.Silent != nil && v.Silent(name) }
-}
-
 // Entrant is what an entering node remembers between the verifies of one
 // announce: the back-off, and since when it stays.
 type Entrant struct {
@@ -137,7 +119,7 @@ func (e *Entrant) Verified(v Verified) EnterAction {
 	}
 	verdict := claim.Verify(me, v.Own, v.Snap, v.Server, v.TTL)
 	if verdict.Decision != claim.StepBack {
-		if yield, why := claim.Yield(me, v.Snap, v.Server, v.TTL, v.passedOver()); yield {
+		if yield, why := claim.Yield(me, v.Snap, v.Server, v.TTL, v.Silent); yield {
 			verdict = claim.Verdict{Decision: claim.StepBack, Reason: why}
 		}
 	}

@@ -114,14 +114,8 @@ func (x *explorer) participants(s xState) []claim.Participant {
 		for _, g := range c.limits.Groups {
 			groups[g.Label] = c.zone
 		}
-		labels := map[string]string{config.ZoneLabel: c.zone}
-		if st != claim.Holding {
-			// Every waiting node here is in the front: it announces
-			// next (the Front's admission is not explored here).
-			labels[FrontLabel] = string(RoleIn)
-		}
 		ps = append(ps, claim.Participant{
-			Name: c.name, Labels: labels, Ready: true,
+			Name: c.name, Labels: map[string]string{config.ZoneLabel: c.zone}, Ready: true,
 			Claim: claim.Claim{State: st, Since: xT0.Add(time.Duration(n.since) * time.Second), Limits: c.limits, Groups: groups},
 		})
 	}

@@ -26,7 +26,6 @@ func TestEntrant(t *testing.T) {
 	waiting := func(name string, ago time.Duration) claim.Participant {
 		p := entering(name, ago)
 		p.Claim.State = claim.Waiting
-		p.Labels[FrontLabel] = string(RoleIn)
 		return p
 	}
 	me := entering("me", time.Minute)
@@ -43,10 +42,6 @@ func TestEntrant(t *testing.T) {
 	silent.Silent = func(name string) bool { return name == "first" }
 	down := read(t0, waiting("first", time.Hour))
 	down.Snap[1].Ready = false
-	// A waiting node not in the front: behind its class's front, or hung
-	// before it came in.
-	notIn := read(t0, waiting("first", time.Hour))
-	delete(notIn.Snap[1].Labels, FrontLabel)
 	// L1: w waits first and publishes concurrency 1; e announced behind
 	// this node (concurrency 2) and its machine is dead. w cannot go
 	// while e is there: giving way to it left the slots idle for ever.
@@ -101,7 +96,6 @@ func TestEntrant(t *testing.T) {
 		{"yields to a waiting node whose turn it is", []step{{turn, EnterAction{Move: EnterStepBack, Reason: yieldReason(turn), Wait: MinStepBack}}}},
 		{"does not yield to one the front passes over", []step{{silent, EnterAction{Move: EnterCommit}}}},
 		{"does not yield to a NotReady node ahead", []step{{down, EnterAction{Move: EnterCommit}}}},
-		{"does not yield to a node ahead not in the front", []step{{notIn, EnterAction{Move: EnterCommit}}}},
 		// The second review's L1 (above).
 		{"does not yield to a node ahead that cannot go now", []step{{stuck, EnterAction{Move: EnterStay, Reason: reason(stuck), Wait: StayLook}}}},
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kured-host/kured-host/daemon/claim"
 	"github.com/kured-host/kured-host/daemon/config"
+	"github.com/kured-host/kured-host/daemon/queue"
 	"github.com/kured-host/kured-host/daemon/steer"
 	"github.com/kured-host/kured-host/internal/audit"
 	"github.com/kured-host/kured-host/test/sim/api"
@@ -719,6 +720,59 @@ func TestRegressions(t *testing.T) {
 			wantEvent("LeftQueue")(t, w, res)
 			if !steppedBack(w) {
 				t.Error("no node stepped back from its announce after the hold")
+			}
+		},
+	}, {
+		// A node of a stricter configuration (concurrency 1 against 2)
+		// joins first, and its daemon dies at its next request, before
+		// it comes into the front, for 30 minutes. The others read its
+		// claim for its limits, which bind them, and their fronts watch
+		// it (the waiting claims with other limits): they pass it over
+		// after the grace and go one at a time (checkProgress), not for
+		// as long as it is dead, which the drive showed would happen
+		// without that watch (TestDriveMixed).
+		name: "a stricter waiting node dies before it comes into the front",
+		opts: func() Options {
+			o := base(4)
+			o.Concurrency = 2
+			o.Setup = func(w *World) { w.host("n00").Cfg.Lock.Concurrency = 1 }
+			o.NeedAt = func(h *Host) time.Duration {
+				if h.Name == "n00" {
+					return 0
+				}
+				return time.Minute
+			}
+			o.Script = func(w *World) {
+				var kill atomic.Bool
+				joined := false // under the store's lock
+				w.store.Faults.Interpose = func(r api.Revision) func(*corev1.Node) {
+					c, err := claim.Parse(r.Node.Labels[claim.Label], r.Node.Annotations[claim.Annotation])
+					if err == nil && !joined && r.Node.Name == "n00" && c.State == claim.Waiting {
+						joined = true
+						kill.Store(true)
+					}
+					return nil
+				}
+				w.store.Faults.Before = func(r api.Request) error {
+					if r.Who != api.NodeIdentity("n00") || !kill.CompareAndSwap(true, false) {
+						return nil
+					}
+					_, front := w.store.Node("n00").Labels[queue.FrontLabel]
+					w.tracef("n00", "its daemon dies after its join, in the front: %v (scenario)", front)
+					h := w.host("n00")
+					w.goSafe(func() { h.stopDaemon(30*time.Minute, false) })
+					return api.ErrSevered
+				}
+			}
+			return o
+		},
+		fired: traced("its daemon dies after its join, in the front: false"),
+		check: func(t *testing.T, w *World, res Result) {
+			// The others rebooted while it was dead, one at a time (its
+			// claim's concurrency 1 binds them).
+			acqs := w.audit().Acquisitions()
+			if len(acqs) < 4 || acqs[3].Node != "n00" {
+				t.Errorf("n00 did not go last: %v", acqs)
 			}
 		},
 	}, {
