@@ -320,6 +320,7 @@ func (w *dWorld) restart(i int) {
 		w.lookSoon(i)
 	case claim.Entering:
 		n.mode, n.enter = dEntering, NewEntrant(n.p.Name)
+		w.watchFront(i) // a step back looks at the front from it
 		w.verifySoon(i, w.reply())
 	case claim.Holding:
 		n.mode = dIdle
