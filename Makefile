@@ -14,7 +14,7 @@ SHELL_FILES := packaging/version.sh packaging/deb/postinst packaging/deb/prerm p
 export CGO_ENABLED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help demo build test unit fuzz lint sim sim-cost cover package test-packages test-integration test-vm test-vm-full model-full bench-lock bench bench-idle tools clean
+.PHONY: help demo build test unit fuzz lint sim drive sim-cost cover package test-packages test-integration test-vm test-vm-full model-full bench-lock bench bench-idle tools clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,7 +50,12 @@ fuzz: ## short fuzz runs of the claim parser and the lock's rules
 # time, faults drawn per seed. SEED=N replays one seed; SEEDS=N runs N.
 SEEDS ?= 1000
 sim: ## the simulators: the queue's and the cycle's cores driven from one loop (daemon/queue's drive), then the real daemon's scenarios and SEEDS seeds (1000) under faults; SEED=N replays one of the latter
-	$(if $(SEED),,$(GO) test -count=1 -timeout 30m -run '^TestDrive' ./daemon/queue/ && )cd test/sim && $(if $(SEED),,$(GO) test -count=1 -timeout 30m ./... && )SIM_SEEDS=$(SEEDS) SIM_SEED=$(SEED) $(GO) test -count=1 -timeout 30m -run '^TestSim$$'
+	$(if $(SEED),,DRIVE_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 30m -run '^TestDrive' ./daemon/queue/ && )cd test/sim && $(if $(SEED),,$(GO) test -count=1 -timeout 30m ./... && )SIM_SEEDS=$(SEEDS) SIM_SEED=$(SEED) $(GO) test -count=1 -timeout 30m -run '^TestSim$$'
+
+# The drive (daemon/queue): the queue's and the cycle's cores on rolls
+# drawn from seeds, from one loop; a seed's trace is the same every time.
+drive: ## the cores' simulator alone: SEEDS seeds (1000) of rolls drawn from them; SEED=N replays one and prints its trace
+	DRIVE_SEEDS=$(SEEDS) DRIVE_SEED=$(SEED) $(GO) test -count=1 -timeout 30m $(if $(SEED),-v) -run '^TestDriveSeeds$$' ./daemon/queue/
 
 # A measurement, not a test: what a roll costs the API server, on the
 # simulator (requests, bytes per node, makespan against the ideal). 100
