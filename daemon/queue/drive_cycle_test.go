@@ -270,7 +270,11 @@ func (w *dWorld) hostEvent(e dEvent) {
 		}
 		n.h.up = true
 		w.logf("%s: the daemon starts again", n.p.Name)
-		w.restart(i)
+		w.resume(i, true)
+	case dReread:
+		if e.gen == n.h.gen && n.h.up {
+			w.resume(i, false)
+		}
 	case dCrash:
 		if e.gen != n.h.gen || !n.h.up || n.done || n.mode == dIdle {
 			return // holding by now: the cycle draws its own crash
@@ -301,16 +305,41 @@ func (w *dWorld) crashWhileEntering(i int) {
 	}
 }
 
-// restart: node i's daemon starts again and goes on from its claim, as
+// replied: the write of e landed, and the daemon that sent it is there
+// to get its reply. With the faults, one reply in ten is lost: the
+// daemon's request times out and it reads its claim (dReread).
+func (w *dWorld) replied(e dEvent) bool {
+	n := w.nodes[e.node]
+	if e.gen != n.h.gen || !n.h.up {
+		return false // its daemon is gone; the one started again reads
+	}
+	if w.cfg.faults && w.rnd.IntN(10) == 0 {
+		w.logf("%s: the reply is lost", n.p.Name)
+		n.mode = dWriting
+		w.at(w.now.Add(w.within(3, 30)), dEvent{node: e.node, kind: dReread, gen: n.h.gen})
+		return false
+	}
+	return true
+}
+
+// resume: node i's daemon goes on from its claim as read, as
 // lock.Acquire and the cycle do: a waiting node follows, or looks at the
-// front where its label says it is in it; an entering one verifies with a
-// new Entrant; a holder decides its next step.
-func (w *dWorld) restart(i int) {
+// front where its label says it is in it; an entering one verifies; a
+// holder decides its next step. fresh: a daemon started again, which
+// remembers nothing (a new Front, a new Entrant); else the same daemon
+// after a lost reply.
+func (w *dWorld) resume(i int, fresh bool) {
 	n := w.nodes[i]
-	n.front = &Front{Node: n.p.Name, Grace: n.front.Grace, Jitter: n.front.Jitter}
-	n.enter = nil
+	if fresh {
+		n.front = &Front{Node: n.p.Name, Grace: n.front.Grace, Jitter: n.front.Jitter}
+		n.enter = nil
+	}
+	n.looking = false
 	switch n.p.Claim.State {
 	case claim.Waiting:
+		if n.enter != nil {
+			n.enter.Waiting()
+		}
 		if RoleOf(n.p.Labels) == RoleBehind {
 			w.follow(i, time.Time{})
 			return
@@ -319,12 +348,19 @@ func (w *dWorld) restart(i int) {
 		w.watchFront(i)
 		w.lookSoon(i)
 	case claim.Entering:
-		n.mode, n.enter = dEntering, NewEntrant(n.p.Name)
+		if n.enter == nil {
+			n.enter = NewEntrant(n.p.Name)
+		}
+		n.mode = dEntering
 		w.watchFront(i) // a step back looks at the front from it
 		w.verifySoon(i, w.reply())
 	case claim.Holding:
-		n.mode = dIdle
-		w.cycleSoon(i, w.reply())
+		n.mode, n.view = dIdle, nil
+		if fresh {
+			w.cycleSoon(i, w.reply())
+		} else {
+			w.startCycle(i)
+		}
 	}
 }
 
@@ -332,8 +368,9 @@ func (w *dWorld) restart(i int) {
 // crash while they wait (following or in the front), an eighth of those
 // that announce crash before their commit lands, a quarter of
 // the holders' daemons crash at one of their first steps, and an eighth of
-// the machines reboot unplanned before their reboot is asked for; each
-// daemon is started again. Every node reboots and releases, within the
+// the machines reboot unplanned before their reboot is asked for, and one
+// reply in ten to an announce, a commit or a step back is lost; each
+// daemon is started again, or reads its claim after the lost reply. Every node reboots and releases, within the
 // limits, each release after a reboot, each reboot drained.
 func TestDriveCycleFaults(t *testing.T) {
 	skipUnderRace(t)
@@ -345,13 +382,13 @@ func TestDriveCycleFaults(t *testing.T) {
 		if w.broken != "" {
 			t.Fatalf("seed %d: %s\n%s", seed, w.broken, w.trace.String())
 		}
-		for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes\n", "reboots unplanned"} {
+		for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes\n", "reboots unplanned", "reply is lost"} {
 			faults[strings.TrimSpace(f)] += strings.Count(w.trace.String(), f)
 		}
 		longest = max(longest, w.last.Sub(t0))
 	}
 	t.Logf("20 seeds, done at %v at the latest; faults: %v (\"crashes\": a holder's daemon)", longest.Round(time.Second), faults)
-	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned"} {
+	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned", "reply is lost"} {
 		if faults[f] == 0 {
 			t.Errorf("no daemon %s", f)
 		}

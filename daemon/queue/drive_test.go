@@ -85,6 +85,7 @@ const (
 	dReadyAgain // its kubelet reports the new boot Ready
 	dStarted    // its daemon, crashed, is started again
 	dCrash      // its daemon crashes while it waits
+	dReread     // its daemon, its write's reply lost, has read its claim
 )
 
 type dEvent struct {
@@ -282,7 +283,7 @@ func (w *dWorld) run(deadline time.Duration) {
 				// next verify forward (the real one waits for a change).
 				w.verifySoon(e.node, w.reply())
 			}
-		case dCycle, dStepDone, dDown, dBooted, dReadyAgain, dStarted, dCrash:
+		case dCycle, dStepDone, dDown, dBooted, dReadyAgain, dStarted, dCrash, dReread:
 			w.hostEvent(e)
 		}
 	}
@@ -430,7 +431,7 @@ func (w *dWorld) admit(i int) {
 	if n.enter == nil {
 		n.enter = NewEntrant(n.p.Name)
 	}
-	w.at(w.reply(), dEvent{node: i, kind: dAnnounced})
+	w.at(w.reply(), dEvent{node: i, kind: dAnnounced, gen: n.h.gen})
 }
 
 // entering runs node i's announce, verifies, commit and step back, the
@@ -444,7 +445,7 @@ func (w *dWorld) entering(e dEvent) {
 		n.announced = w.now
 		w.logf("%s announces", n.p.Name)
 		w.changed(i)
-		if n.h.up {
+		if w.replied(e) {
 			w.verifySoon(i, w.reply())
 			w.crashWhileEntering(i)
 		}
@@ -458,24 +459,24 @@ func (w *dWorld) entering(e dEvent) {
 		}
 		switch a.Move {
 		case EnterCommit:
-			w.at(w.reply(), dEvent{node: i, kind: dCommitted})
+			w.at(w.reply(), dEvent{node: i, kind: dCommitted, gen: n.h.gen})
 		case EnterStepBack:
 			w.logf("%s steps back: %s", n.p.Name, a.Reason)
-			w.at(w.reply(), dEvent{node: i, kind: dSteppedBack, wait: a.Wait})
+			w.at(w.reply(), dEvent{node: i, kind: dSteppedBack, wait: a.Wait, gen: n.h.gen})
 		case EnterStay:
 			w.verifySoon(i, w.now.Add(n.front.Jitter(a.Wait)))
 		default:
 			w.broken = fmt.Sprintf("%s: %s, from a read of its own claim", n.p.Name, a.Move)
 		}
 	case dCommitted:
-		w.commit(i)
+		w.commit(i, w.replied(e))
 	case dSteppedBack:
 		// Back in the front after the back-off.
 		n.p.Claim.State = claim.Waiting
 		w.stepBacks++
 		w.changed(i)
-		if !n.h.up {
-			return // its write landed; the daemon started again decides
+		if !w.replied(e) {
+			return // its write landed; the daemon decides from a read
 		}
 		n.mode = dFront
 		n.enter.Waiting()
@@ -513,17 +514,15 @@ func (w *dWorld) verified(i int) Verified {
 	return v
 }
 
-// commit gives node i its slot and checks the limits.
-func (w *dWorld) commit(i int) {
+// commit gives node i its slot and checks the limits; replied: its
+// daemon got the reply and goes on with the cycle.
+func (w *dWorld) commit(i int, replied bool) {
 	n := w.nodes[i]
 	acquired := w.now
 	n.p.Claim.State, n.p.Claim.Acquired, n.p.Claim.BootID = claim.Holding, &acquired, bootName(n.h.boot)
 	n.p.Claim.Phase = claim.PhaseCordoned // the commit cordons (lock.commit)
 	n.h.mark, n.h.unsched = true, true
 	n.mode, n.view = dIdle, nil
-	if !n.h.up {
-		n.mode = dDead
-	}
 	w.holds++
 	w.logf("%s takes a slot", n.p.Name)
 	total, zones := 0, map[string]int{}
@@ -547,7 +546,7 @@ func (w *dWorld) commit(i int) {
 		w.broken = fmt.Sprintf("%s took a slot beyond the limits (%d, %d a zone): %d held, %d in its zone", n.p.Name, conc, zoneMax, total, zones[n.p.Labels[zone]])
 	}
 	w.changed(i)
-	if n.h.up {
+	if replied {
 		w.startCycle(i)
 	}
 }
