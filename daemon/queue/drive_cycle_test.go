@@ -39,10 +39,11 @@ type dHost struct {
 	// Facts.Drained.
 	took    *time.Time
 	drained bool
-	gen     int // the daemon's: a step of a daemon since gone is dropped
-	steps   int // cycle steps decided since the commit
-	crashAt int // the step at which the daemon crashes (0: none)
-	downAt  int // the step at which the machine reboots unplanned (0: none)
+	upSince time.Time // when the daemon last started, or read its claim after a lost reply
+	gen     int       // the daemon's: a step of a daemon since gone is dropped
+	steps   int       // cycle steps decided since the commit
+	crashAt int       // the step at which the daemon crashes (0: none)
+	downAt  int       // the step at which the machine reboots unplanned (0: none)
 	crashes int
 }
 
@@ -253,7 +254,7 @@ func (w *dWorld) hostEvent(e dEvent) {
 		w.down(i)
 	case dBooted:
 		n.h.boot++
-		n.h.up, n.h.off = true, false
+		n.h.up, n.h.off, n.h.upSince = true, false, w.now
 		w.logf("%s boots (%s)", n.p.Name, bootName(n.h.boot))
 		w.cycleSoon(i, w.reply())
 		w.at(w.now.Add(w.within(3, 12)), dEvent{node: i, kind: dReadyAgain})
@@ -330,6 +331,7 @@ func (w *dWorld) replied(e dEvent) bool {
 // after a lost reply.
 func (w *dWorld) resume(i int, fresh bool) {
 	n := w.nodes[i]
+	n.h.upSince = w.now
 	if fresh {
 		n.front = &Front{Node: n.p.Name, Grace: n.front.Grace, Jitter: n.front.Jitter}
 		n.enter = nil
@@ -370,11 +372,12 @@ func (w *dWorld) resume(i int, fresh bool) {
 // the holders' daemons crash at one of their first steps, and an eighth of
 // the machines reboot unplanned before their reboot is asked for, and one
 // reply in ten to an announce, a commit or a step back is lost; each
-// daemon is started again, or reads its claim after the lost reply. Every node reboots and releases, within the
+// daemon is started again, or reads its claim after the lost reply. No
+// slot stays idle longer than takeBound for a node whose daemon runs. Every node reboots and releases, within the
 // limits, each release after a reboot, each reboot drained.
 func TestDriveCycleFaults(t *testing.T) {
 	skipUnderRace(t)
-	cfg := dConfig{nodes: 60, zones: 3, conc: 2, zoneMax: 1, hold: 30 * time.Second, lag: time.Second, faults: true}
+	cfg := dConfig{nodes: 60, zones: 3, conc: 2, zoneMax: 1, hold: 30 * time.Second, lag: time.Second, faults: true, progress: true}
 	faults := map[string]int{}
 	var longest time.Duration
 	for seed := range uint64(20) {

@@ -14,7 +14,8 @@ import (
 // (3 to 60 nodes in 1 to 4 zones), the limits (concurrency 1 to 3, a zone
 // limit of 1 or 2, mixed configurations in one roll of three), how long a
 // cycle takes, the watches' lag, hung daemons, and the faults of
-// TestDriveCycleFaults in three rolls of four. DRIVE_SEEDS=N runs N seeds
+// TestDriveCycleFaults in three rolls of four; the progress check where
+// no daemon hangs (dConfig.progress). DRIVE_SEEDS=N runs N seeds
 // (make sim: 1,000; 50 without it); DRIVE_SEED=N replays one and prints
 // its trace, which is the same every time (TestDriveIsDeterministic).
 func TestDriveSeeds(t *testing.T) {
@@ -37,6 +38,7 @@ func TestDriveSeeds(t *testing.T) {
 	}
 	var longest time.Duration
 	var slowest string
+	var idle time.Duration // the longest a node stayed eligible, its daemon running
 	for seed := first; seed < first+n; seed++ {
 		cfg := drawRoll(seed)
 		w := drive(cfg, seed)
@@ -48,11 +50,13 @@ func TestDriveSeeds(t *testing.T) {
 			t.Fatalf("%s: %s\nthe trace's end (DRIVE_SEED=%d make drive for all of it):\n%s",
 				describeRoll(seed, cfg), w.broken, seed, tr[max(0, len(tr)-4000):])
 		}
+		idle = max(idle, w.pr.idle)
 		if took := w.last.Sub(t0); took > longest {
 			longest, slowest = took, describeRoll(seed, cfg)
 		}
 	}
-	t.Logf("%d seeds from %d: the longest roll done at %v (%s)", n, first, longest.Round(time.Second), slowest)
+	t.Logf("%d seeds from %d: the longest roll done at %v (%s); where checked, a node stayed eligible without taking its slot %v at most (the bound %v)",
+		n, first, longest.Round(time.Second), slowest, idle, takeBound)
 }
 
 // drawRoll is the roll seed draws.
@@ -68,6 +72,7 @@ func drawRoll(seed uint64) dConfig {
 	if r.IntN(3) == 0 {
 		cfg.silentEvery = 5 + r.IntN(6)
 	}
+	cfg.progress = cfg.silentEvery == 0
 	if r.IntN(4) == 0 {
 		cfg.joinEvery = time.Second
 	}

@@ -86,6 +86,7 @@ const (
 	dStarted    // its daemon, crashed, is started again
 	dCrash      // its daemon crashes while it waits
 	dReread     // its daemon, its write's reply lost, has read its claim
+	dTick       // the progress check (drive_progress_test.go)
 )
 
 type dEvent struct {
@@ -139,6 +140,9 @@ type dConfig struct {
 	// mixed: each node publishes limits of its own, drawn up to conc and
 	// zoneMax.
 	mixed bool
+	// progress: check every second that no waiting node whose daemon
+	// runs stays eligible longer than takeBound (no hung daemons).
+	progress bool
 	// noOtherLimitsWatch: the front's looks do not see the waiting
 	// claims that publish other limits (a broken variant of the lock's
 	// watches).
@@ -176,6 +180,7 @@ type dWorld struct {
 	// member ahead was in it (at a resync: the ones ahead hang).
 	frontless int
 	last      time.Time
+	pr        progress
 }
 
 func newWorld(cfg dConfig, seed uint64) *dWorld {
@@ -200,6 +205,9 @@ func newWorld(cfg dConfig, seed uint64) *dWorld {
 			join = t0.Add(time.Duration(w.rnd.Int64N(int64(2*time.Minute))) + JoinDelay(cfg.nodes, w.rnd.Int64N))
 		}
 		w.at(join, dEvent{node: i, kind: dJoin})
+	}
+	if cfg.progress {
+		w.at(t0.Add(time.Second), dEvent{kind: dTick})
 	}
 	return w
 }
@@ -283,6 +291,8 @@ func (w *dWorld) run(deadline time.Duration) {
 				// next verify forward (the real one waits for a change).
 				w.verifySoon(e.node, w.reply())
 			}
+		case dTick:
+			w.tick()
 		case dCycle, dStepDone, dDown, dBooted, dReadyAgain, dStarted, dCrash, dReread:
 			w.hostEvent(e)
 		}
@@ -649,7 +659,7 @@ func drive(cfg dConfig, seed uint64) *dWorld {
 // other hung ones may come in before it).
 func TestDrive(t *testing.T) {
 	skipUnderRace(t)
-	cfg := dConfig{nodes: 60, zones: 3, conc: 2, zoneMax: 1, hold: 30 * time.Second, lag: time.Second}
+	cfg := dConfig{nodes: 60, zones: 3, conc: 2, zoneMax: 1, hold: 30 * time.Second, lag: time.Second, progress: true}
 	for seed := range uint64(20) {
 		w := drive(cfg, seed)
 		if w.broken != "" {
