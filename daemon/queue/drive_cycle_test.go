@@ -15,14 +15,15 @@ import (
 // world has it, its Node's cordon mark, this boot, the sentinel, what the
 // process remembers), and the world carries the step out: the writes of
 // daemon/*.go, a drain that takes a while, a reboot asked for that takes
-// the machine down, a boot, a kubelet that reports Ready. Under the
-// faults drawn from the seed (dConfig.faults: a daemon that crashes at a
-// step and is started again, a machine that reboots unplanned before its
-// reboot is asked for) the world checks the cycle's promises as they are
-// broken: a slot released as done only after a reboot, a reboot asked for
-// only drained and by the holder, evictions only from a cordoned node, and
-// at the end no cordon of kured-host's left. The durations of a cycle are
-// drawn within dConfig.hold, so a roll's bound is as before.
+// the machine down, a boot, a kubelet that reports Ready, the release
+// and uncordon in one write. Under the faults drawn from the seed
+// (dConfig.faults: daemons that crash while they wait, enter or hold and
+// are started again, replies lost, machines that reboot unplanned before
+// their reboot is asked for) the world checks the cycle's promises as
+// they are broken: a slot released as done only after a reboot, a reboot
+// asked for only drained and by the holder, evictions only from a
+// cordoned node. The durations of a cycle are drawn within dConfig.hold,
+// so a roll's bound is as before.
 
 // dHost is a node's machine and its daemon's memory, beside its claim.
 type dHost struct {
