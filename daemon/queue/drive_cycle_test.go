@@ -18,8 +18,9 @@ import (
 // the machine down, a boot, a kubelet that reports Ready, the release
 // and uncordon in one write. Under the faults drawn from the seed
 // (dConfig.faults: daemons that crash while they wait, enter or hold and
-// are started again, replies lost, machines that reboot unplanned before
-// their reboot is asked for) the world checks the cycle's promises as
+// are started again, replies lost, an outage of the API server in one
+// roll of three, machines that reboot unplanned before their reboot is
+// asked for) the world checks the cycle's promises as
 // they are broken: a slot released as done only after a reboot, a reboot
 // asked for only drained and by the holder, evictions only from a
 // cordoned node. The durations of a cycle are drawn within dConfig.hold,
@@ -372,7 +373,8 @@ func (w *dWorld) resume(i int, fresh bool) {
 // that announce crash before their commit lands, a quarter of
 // the holders' daemons crash at one of their first steps, and an eighth of
 // the machines reboot unplanned before their reboot is asked for, and one
-// reply in ten to an announce, a commit or a step back is lost; each
+// reply in ten to an announce, a commit or a step back is lost, and one
+// roll in three has an outage of the API server; each
 // daemon is started again, or reads its claim after the lost reply. No
 // slot stays idle longer than takeBound for a node whose daemon runs. Every node reboots and releases, within the
 // limits, each release after a reboot, each reboot drained.
@@ -389,10 +391,13 @@ func TestDriveCycleFaults(t *testing.T) {
 		for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes\n", "reboots unplanned", "reply is lost"} {
 			faults[strings.TrimSpace(f)] += strings.Count(w.trace.String(), f)
 		}
+		if w.outTo.After(w.outFrom) {
+			faults["API outages"]++
+		}
 		longest = max(longest, w.last.Sub(t0))
 	}
 	t.Logf("20 seeds, done at %v at the latest; faults: %v (\"crashes\": a holder's daemon)", longest.Round(time.Second), faults)
-	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned", "reply is lost"} {
+	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned", "reply is lost", "API outages"} {
 		if faults[f] == 0 {
 			t.Errorf("no daemon %s", f)
 		}

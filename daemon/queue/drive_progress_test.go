@@ -12,8 +12,9 @@ import (
 // takeBound is how soon a waiting node whose daemon runs takes a slot it
 // may take, as the simulator of the real daemons checks it
 // (test/sim.TakeBound, docs/claims.md "No idle slot"): at most this long
-// after the slot became free to it, or after its daemon started again or
-// read its claim after a lost reply, whichever is later.
+// after the slot became free to it, after its daemon started again or
+// read its claim after a lost reply, or after an outage of the API
+// server, whichever is later.
 const takeBound = 10 * time.Second
 
 // progress is the drive's check of that bound, every second: the queue
@@ -65,7 +66,7 @@ func (w *dWorld) tick() {
 		if !live[name] {
 			continue
 		}
-		wait := w.now.Sub(maxTime(w.pr.since[name], n.h.upSince))
+		wait := w.now.Sub(maxTime(maxTime(w.pr.since[name], n.h.upSince), w.outTo))
 		w.pr.idle = max(w.pr.idle, wait)
 		if wait > takeBound {
 			w.broken = fmt.Sprintf("%s may take a free slot and has not, %v later (its daemon runs)", name, wait.Round(time.Second))

@@ -64,6 +64,9 @@ type dNode struct {
 	// viewAt, when the last change its watches carry arrives.
 	view   map[string]claim.Participant
 	viewAt time.Time
+	// viewGen: the watches' opening; a change an older one carries is
+	// dropped.
+	viewGen int
 }
 
 type dKind int8
@@ -95,7 +98,8 @@ type dEvent struct {
 	node int
 	kind dKind
 	// gen: dFollowEv: the request it answers; dLook: its look's gen (-1:
-	// a change); dVerify: its verify's gen.
+	// a change); dVerify: its verify's gen; dDelivered: the watches'
+	// opening; the host's events: the daemon's.
 	gen  int
 	wait time.Duration // dSteppedBack: the back-off
 	step cycle.Step    // dStepDone
@@ -181,6 +185,8 @@ type dWorld struct {
 	frontless int
 	last      time.Time
 	pr        progress
+	// outFrom, outTo: the API server's outage (faults), if any.
+	outFrom, outTo time.Time
 }
 
 func newWorld(cfg dConfig, seed uint64) *dWorld {
@@ -209,6 +215,10 @@ func newWorld(cfg dConfig, seed uint64) *dWorld {
 	if cfg.progress {
 		w.at(t0.Add(time.Second), dEvent{kind: dTick})
 	}
+	if cfg.faults && w.rnd.IntN(3) == 0 {
+		w.outFrom = t0.Add(time.Duration(w.rnd.Int64N(int64(30 * time.Minute))))
+		w.outTo = w.outFrom.Add(30*time.Second + time.Duration(w.rnd.Int64N(int64(150*time.Second))))
+	}
 	return w
 }
 
@@ -219,8 +229,14 @@ func (w *dWorld) at(t time.Time, e dEvent) {
 }
 
 // reply is when an answer made now arrives: a few milliseconds.
+// During an outage of the API server (faults) nothing is answered: each
+// answer comes once it is over, its clients retrying.
 func (w *dWorld) reply() time.Time {
-	return w.now.Add(5*time.Millisecond + time.Duration(w.rnd.Int64N(int64(20*time.Millisecond))))
+	at := w.now
+	if !at.Before(w.outFrom) && at.Before(w.outTo) {
+		at = w.outTo
+	}
+	return at.Add(5*time.Millisecond + time.Duration(w.rnd.Int64N(int64(20*time.Millisecond))))
 }
 
 func (w *dWorld) logf(format string, args ...any) {
@@ -265,18 +281,20 @@ func (w *dWorld) run(deadline time.Duration) {
 			e.ev.Now = w.now
 			w.request(e.node, n.f.Step(e.ev))
 		case dLook:
+			if e.gen < 0 {
+				// A change's look: one is pending no more, even when
+				// this one is dropped (the node left the front since).
+				n.looking = false
+			}
 			if n.mode != dFront || (e.gen >= 0 && e.gen != n.lookGen) {
 				continue
-			}
-			if e.gen < 0 {
-				n.looking = false
 			}
 			w.look(e.node)
 		case dAnnounced, dVerify, dCommitted, dSteppedBack:
 			w.entering(e)
 		case dDelivered:
-			if n.view == nil {
-				continue
+			if n.view == nil || e.gen != n.viewGen {
+				continue // for a watch since closed
 			}
 			if e.p.Claim.State == "" {
 				delete(n.view, e.p.Name)
@@ -592,6 +610,7 @@ func (w *dWorld) watchFront(i int) {
 		return
 	}
 	n.view, n.viewAt = map[string]claim.Participant{}, w.now
+	n.viewGen++
 	for _, m := range w.nodes {
 		if m.p.Claim.State != "" {
 			n.view[m.p.Name] = w.copyOf(m.p)
@@ -611,7 +630,7 @@ func (w *dWorld) deliver(i int, p claim.Participant) {
 		t = n.viewAt
 	}
 	n.viewAt = t
-	w.at(t, dEvent{node: i, kind: dDelivered, p: p})
+	w.at(t, dEvent{node: i, kind: dDelivered, p: p, gen: n.viewGen})
 }
 
 // changed delivers a change of node j: to the nodes watching it, and to
