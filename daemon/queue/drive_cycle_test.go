@@ -111,7 +111,7 @@ func (w *dWorld) decide(i int) {
 		w.forget(i)
 		w.at(w.now.Add(w.within(3, 30)), dEvent{node: i, kind: dStarted, gen: n.h.gen})
 		return
-	case n.h.steps == n.h.downAt && !n.h.pending && n.h.boot == w.bootOfSlot(n):
+	case n.h.steps == n.h.downAt && !n.h.pending && n.p.Claim.BootID == bootName(n.h.boot):
 		w.logf("%s: the machine reboots unplanned", n.p.Name)
 		w.down(i)
 		return
@@ -212,13 +212,6 @@ func (w *dWorld) release(i int) {
 	w.last = w.now
 	w.logf("%s releases", n.p.Name)
 	w.changed(i)
-}
-
-// bootOfSlot is the boot node n's slot was taken in.
-func (w *dWorld) bootOfSlot(n *dNode) int {
-	var b int
-	fmt.Sscanf(n.p.Claim.BootID, "b%d", &b)
-	return b
 }
 
 // forget: node i's daemon is gone, with what it remembered.

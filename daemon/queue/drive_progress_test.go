@@ -66,7 +66,7 @@ func (w *dWorld) tick() {
 		if !live[name] {
 			continue
 		}
-		wait := w.now.Sub(maxTime(maxTime(w.pr.since[name], n.h.upSince), w.outTo))
+		wait := w.now.Sub(latest(w.pr.since[name], n.h.upSince, w.outTo))
 		w.pr.idle = max(w.pr.idle, wait)
 		if wait > takeBound {
 			w.broken = fmt.Sprintf("%s may take a free slot and has not, %v later (its daemon runs)", name, wait.Round(time.Second))
@@ -74,11 +74,14 @@ func (w *dWorld) tick() {
 	}
 }
 
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+func latest(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if t.After(out) {
+			out = t
+		}
 	}
-	return b
+	return out
 }
 
 // TestDriveFindsIdleSlot: with the front's watches lagging up to 30 s,

@@ -579,10 +579,10 @@ func (w *dWorld) commit(i int, replied bool) {
 	}
 }
 
-// otherLimits: p publishes other limits than self.
+// otherLimits: p publishes other limits than self, as the lock's
+// selector of them tells (their digests differ).
 func otherLimits(p, self claim.Participant) bool {
-	a, b := p.Claim.Limits, self.Claim.Limits
-	return a.Concurrency != b.Concurrency || !slices.Equal(a.Groups, b.Groups)
+	return claim.LimitsDigest(p.Claim.Limits) != claim.LimitsDigest(self.Claim.Limits)
 }
 
 // strictest are the limits node n's commit must keep: the smallest that
