@@ -65,6 +65,11 @@ func NodeListWatch(c kubernetes.Interface, md metadata.Interface, narrow func(*m
 // watch that ended: meanwhile its cache is silently behind. Counted, not
 // a flag: an ended stream may be reported after its successor opened.
 type Streams struct {
+	// Ended, when set, is called after a stream stops, outside the
+	// count's lock: a reader that trusts the cache while a stream is
+	// open must look again when none is. Set it before Track.
+	Ended func()
+
 	mu   sync.Mutex
 	open int
 }
@@ -94,7 +99,12 @@ func (s *Streams) Track(lw *cache.ListWatch) {
 			return nil, err
 		}
 		s.add(1)
-		return &tracked{Interface: w, end: func() { s.add(-1) }}, nil
+		return &tracked{Interface: w, end: func() {
+			s.add(-1)
+			if s.Ended != nil {
+				s.Ended()
+			}
+		}}, nil
 	}
 }
 

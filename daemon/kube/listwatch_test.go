@@ -13,7 +13,8 @@ import (
 // TestStreams: a watch counts as open from its start until it is stopped
 // (the reflector stops every watch it stops reading, one the server ended
 // included); its events pass through; a watch stopped after its
-// successor opened leaves that one counted, and a second Stop counts once.
+// successor opened leaves that one counted, and a second Stop counts once
+// (Ended is called once for each stream).
 func TestStreams(t *testing.T) {
 	var servers []*watch.FakeWatcher
 	lw := &cache.ListWatch{WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
@@ -22,6 +23,8 @@ func TestStreams(t *testing.T) {
 		return w, nil
 	}}
 	var s Streams
+	ended := 0
+	s.Ended = func() { ended++ }
 	s.Track(lw)
 	if s.Open() {
 		t.Fatal("open before any watch")
@@ -47,11 +50,17 @@ func TestStreams(t *testing.T) {
 	}
 	first.Stop() // the reflector, done reading it
 	first.Stop()
+	if ended != 1 {
+		t.Errorf("Ended called %d times for one stream stopped twice, want 1", ended)
+	}
 	if !s.Open() {
 		t.Error("not open though the second stream is")
 	}
 	second.Stop()
 	if s.Open() {
 		t.Error("open after every watch was stopped")
+	}
+	if ended != 2 {
+		t.Errorf("Ended called %d times for two streams, want 2", ended)
 	}
 }

@@ -146,6 +146,10 @@ func (w *nodeWatch) stale() bool {
 	return stale
 }
 
+// streamGap is how long a watch stream that ended may go without a
+// successor before a node waiting on it looks again.
+const streamGap = time.Second
+
 // syncWait is how long ensureWatch waits for the watch's cache to fill.
 // Started during an outage of the API server, its first List waits out
 // client-go's back-off (up to half a minute) after the server is back:
@@ -225,6 +229,20 @@ func (l *Lock) newNodeWatch(own claim.Limits) (*nodeWatch, error) {
 		// would link every API group's informers into the binary.
 		lw, example := kube.NodeListWatch(l.o.Client, l.o.Metadata, kube.ByLabels(sel))
 		p := &watchPart{}
+		// A stream that ended leaves the cache silently behind until
+		// the reflector lists again, after its back-off: a node that
+		// waits on the watch must look again then, and read the front
+		// directly while no stream is open, or a slot freed meanwhile
+		// waits for that back-off. Not at once: the reflector opens the
+		// next stream straight away after a server's timeout, and a
+		// read for each would be a List more.
+		p.streams.Ended = func() {
+			time.AfterFunc(streamGap, func() {
+				if !p.streams.Open() {
+					l.poke()
+				}
+			})
+		}
 		p.streams.Track(lw)
 		inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
 		if err := inf.SetTransform(slim); err != nil {
@@ -235,6 +253,7 @@ func (l *Lock) newNodeWatch(own claim.Limits) (*nodeWatch, error) {
 			nw.mu.Lock()
 			p.broken, p.brokenAt, p.failedAt = true, inf.LastSyncResourceVersion(), nw.now()
 			nw.mu.Unlock()
+			l.poke() // stale now: the front is read directly
 			cache.DefaultWatchErrorHandler(ctx, r, err)
 		}); err != nil {
 			return nil, err
