@@ -366,8 +366,9 @@ func (w *dWorld) resume(i int, fresh bool) {
 // that announce crash before their commit lands, a quarter of
 // the holders' daemons crash at one of their first steps, and an eighth of
 // the machines reboot unplanned before their reboot is asked for, and one
-// reply in ten to an announce, a commit or a step back is lost, and one
-// roll in three has an outage of the API server; each
+// reply in ten to an announce, a commit or a step back is lost, every
+// watch ends a few times (drive_watch_test.go), and one roll in three has
+// an outage of the API server; each
 // daemon is started again, or reads its claim after the lost reply. No
 // slot stays idle longer than takeBound for a node whose daemon runs. Every node reboots and releases, within the
 // limits, each release after a reboot, each reboot drained.
@@ -381,7 +382,7 @@ func TestDriveCycleFaults(t *testing.T) {
 		if w.broken != "" {
 			t.Fatalf("seed %d: %s\n%s", seed, w.broken, w.trace.String())
 		}
-		for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes\n", "reboots unplanned", "reply is lost"} {
+		for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes\n", "reboots unplanned", "reply is lost", "every watch ends"} {
 			faults[strings.TrimSpace(f)] += strings.Count(w.trace.String(), f)
 		}
 		if w.outTo.After(w.outFrom) {
@@ -390,7 +391,7 @@ func TestDriveCycleFaults(t *testing.T) {
 		longest = max(longest, w.last.Sub(t0))
 	}
 	t.Logf("20 seeds, done at %v at the latest; faults: %v (\"crashes\": a holder's daemon)", longest.Round(time.Second), faults)
-	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned", "reply is lost", "API outages"} {
+	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned", "reply is lost", "every watch ends", "API outages"} {
 		if faults[f] == 0 {
 			t.Errorf("no daemon %s", f)
 		}

@@ -67,6 +67,9 @@ type dNode struct {
 	// viewGen: the watches' opening; a change an older one carries is
 	// dropped.
 	viewGen int
+	// stale: its watches of the front ended and have not listed again;
+	// it reads the front directly (drive_watch_test.go).
+	stale bool
 }
 
 type dKind int8
@@ -90,6 +93,8 @@ const (
 	dCrash      // its daemon crashes while it waits
 	dReread     // its daemon, its write's reply lost, has read its claim
 	dTick       // the progress check (drive_progress_test.go)
+	dWatchEnd   // every watch ends (drive_watch_test.go)
+	dRelisted   // a front node's informers list again after their back-off
 )
 
 type dEvent struct {
@@ -157,8 +162,15 @@ type dConfig struct {
 	// tamper, if set, changes what each verify read (a broken variant).
 	tamper func(name string, v *Verified)
 	// faults: holders' daemons crash and machines reboot unplanned
-	// (drive_cycle_test.go).
+	// (drive_cycle_test.go); every watch ends now and then
+	// (drive_watch_test.go).
 	faults bool
+	// watchEnds: every watch ends now and then, without the other
+	// faults.
+	watchEnds bool
+	// noWakeOnWatchEnd: a front node is not woken when its watches end
+	// (a broken variant of the lock's shell).
+	noWakeOnWatchEnd bool
 	// next, if set, decides the holders' steps in place of cycle.Next
 	// (a broken variant).
 	next func(cycle.Facts) cycle.Step
@@ -219,6 +231,7 @@ func newWorld(cfg dConfig, seed uint64) *dWorld {
 		w.outFrom = t0.Add(time.Duration(w.rnd.Int64N(int64(30 * time.Minute))))
 		w.outTo = w.outFrom.Add(30*time.Second + time.Duration(w.rnd.Int64N(int64(150*time.Second))))
 	}
+	w.drawWatchEnds()
 	return w
 }
 
@@ -311,6 +324,10 @@ func (w *dWorld) run(deadline time.Duration) {
 			}
 		case dTick:
 			w.tick()
+		case dWatchEnd:
+			w.watchesEnd()
+		case dRelisted:
+			w.relisted(e)
 		case dCycle, dStepDone, dDown, dBooted, dReadyAgain, dStarted, dCrash, dReread:
 			w.hostEvent(e)
 		}
@@ -420,17 +437,28 @@ func (w *dWorld) lookSoon(i int) {
 // itself.
 func (w *dWorld) look(i int) {
 	n := w.nodes[i]
+	stale := n.stale && n.view != nil
+	if stale && w.serverDown() {
+		// The direct read fails until the server is back; the cycle
+		// tries again within 6 s.
+		n.lookGen++
+		w.at(w.outTo.Add(time.Duration(w.rnd.Int64N(int64(6*time.Second)))), dEvent{node: i, kind: dLook, gen: n.lookGen})
+		return
+	}
 	n.looks++
 	snap := []claim.Participant{w.copyOf(n.p)}
 	for j := range w.nodes {
 		p, ok := n.view[w.nodes[j].p.Name]
+		if stale {
+			p, ok = w.nodes[j].p, w.nodes[j].p.Claim.State != ""
+		}
 		_, front := p.Labels[FrontLabel]
 		other := p.Claim.State == claim.Waiting && !w.cfg.noOtherLimitsWatch && otherLimits(p, n.p)
 		if j != i && ok && (front || p.Claim.State.Active() || other) {
 			snap = append(snap, w.copyOf(p))
 		}
 	}
-	look := n.front.Look(View{Self: w.copyOf(n.p), Snap: snap, Now: w.now, Server: w.now})
+	look := n.front.Look(View{Self: w.copyOf(n.p), Snap: snap, Now: w.now, Server: w.now, Stale: stale})
 	if look.Admitted {
 		w.admit(i)
 		return
@@ -609,7 +637,7 @@ func (w *dWorld) watchFront(i int) {
 	if n.view != nil {
 		return
 	}
-	n.view, n.viewAt = map[string]claim.Participant{}, w.now
+	n.view, n.viewAt, n.stale = map[string]claim.Participant{}, w.now, false
 	n.viewGen++
 	for _, m := range w.nodes {
 		if m.p.Claim.State != "" {
@@ -622,6 +650,9 @@ func (w *dWorld) watchFront(i int) {
 // time drawn up to the lag after the change.
 func (w *dWorld) deliver(i int, p claim.Participant) {
 	n := w.nodes[i]
+	if n.stale {
+		return // no stream open: the informers' next List shows it
+	}
 	t := w.reply()
 	if w.cfg.lag > 0 {
 		t = t.Add(time.Duration(w.rnd.Int64N(int64(w.cfg.lag))))
