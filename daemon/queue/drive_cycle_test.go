@@ -331,8 +331,12 @@ func (w *dWorld) resume(i int, fresh bool) {
 		n.front = &Front{Node: n.p.Name, Grace: n.front.Grace, Jitter: n.front.Jitter}
 		n.enter = nil
 	}
-	n.looking = false
+	n.looking, n.removed = false, false // it has read its claim
 	switch n.p.Claim.State {
+	case "":
+		if n.joined && !n.done && !n.silent {
+			w.rejoin(i) // an admin removed its waiting claim
+		}
 	case claim.Waiting:
 		if n.enter != nil {
 			n.enter.Waiting()
@@ -382,7 +386,7 @@ func TestDriveCycleFaults(t *testing.T) {
 		if w.broken != "" {
 			t.Fatalf("seed %d: %s\n%s", seed, w.broken, w.trace.String())
 		}
-		for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes\n", "reboots unplanned", "reply is lost", "every watch ends"} {
+		for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes\n", "reboots unplanned", "reply is lost", "every watch ends", "the admin removes"} {
 			faults[strings.TrimSpace(f)] += strings.Count(w.trace.String(), f)
 		}
 		if w.outTo.After(w.outFrom) {
@@ -391,7 +395,7 @@ func TestDriveCycleFaults(t *testing.T) {
 		longest = max(longest, w.last.Sub(t0))
 	}
 	t.Logf("20 seeds, done at %v at the latest; faults: %v (\"crashes\": a holder's daemon)", longest.Round(time.Second), faults)
-	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned", "reply is lost", "every watch ends", "API outages"} {
+	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned", "reply is lost", "every watch ends", "the admin removes", "API outages"} {
 		if faults[f] == 0 {
 			t.Errorf("no daemon %s", f)
 		}

@@ -70,6 +70,11 @@ type dNode struct {
 	// stale: its watches of the front ended and have not listed again;
 	// it reads the front directly (drive_watch_test.go).
 	stale bool
+	// removed: an admin removed its waiting claim and its daemon does not
+	// know yet; mem is the claim as the daemon knows it
+	// (drive_admin_test.go).
+	removed bool
+	mem     claim.Participant
 }
 
 type dKind int8
@@ -84,17 +89,18 @@ const (
 	dSteppedBack
 	dDelivered // a change the front's watches carry to the node
 	// The holder's cycle (drive_cycle_test.go).
-	dCycle      // its daemon decides its next step
-	dStepDone   // the step's write lands, or its drain ends
-	dDown       // the reboot asked for takes the machine down
-	dBooted     // the machine is up again, its daemon started
-	dReadyAgain // its kubelet reports the new boot Ready
-	dStarted    // its daemon, crashed, is started again
-	dCrash      // its daemon crashes while it waits
-	dReread     // its daemon, its write's reply lost, has read its claim
-	dTick       // the progress check (drive_progress_test.go)
-	dWatchEnd   // every watch ends (drive_watch_test.go)
-	dRelisted   // a front node's informers list again after their back-off
+	dCycle       // its daemon decides its next step
+	dStepDone    // the step's write lands, or its drain ends
+	dDown        // the reboot asked for takes the machine down
+	dBooted      // the machine is up again, its daemon started
+	dReadyAgain  // its kubelet reports the new boot Ready
+	dStarted     // its daemon, crashed, is started again
+	dCrash       // its daemon crashes while it waits
+	dReread      // its daemon, its write's reply lost, has read its claim
+	dTick        // the progress check (drive_progress_test.go)
+	dWatchEnd    // every watch ends (drive_watch_test.go)
+	dRelisted    // a front node's informers list again after their back-off
+	dAdminRemove // an admin removes a waiting claim (drive_admin_test.go)
 )
 
 type dEvent struct {
@@ -168,6 +174,12 @@ type dConfig struct {
 	// watchEnds: every watch ends now and then, without the other
 	// faults.
 	watchEnds bool
+	// adminRemovals: an admin removes a following node's waiting claim
+	// now and then, without the other faults.
+	adminRemovals bool
+	// noRejoin: a daemon that finds its claim removed does not join
+	// again (a broken variant of lock.Acquire's caller).
+	noRejoin bool
 	// noWakeOnWatchEnd: a front node is not woken when its watches end
 	// (a broken variant of the lock's shell).
 	noWakeOnWatchEnd bool
@@ -232,6 +244,7 @@ func newWorld(cfg dConfig, seed uint64) *dWorld {
 		w.outTo = w.outFrom.Add(30*time.Second + time.Duration(w.rnd.Int64N(int64(150*time.Second))))
 	}
 	w.drawWatchEnds()
+	w.drawAdminRemovals()
 	return w
 }
 
@@ -291,6 +304,10 @@ func (w *dWorld) run(deadline time.Duration) {
 			if e.ev.Kind == Changed && (n.a.Kind != WatchPred || n.watched != e.ev.Pred.Name) {
 				continue
 			}
+			if e.ev.Kind == Rechecked && e.ev.Self.Claim.State != claim.Waiting {
+				w.lost(e.node, "at its resync")
+				continue
+			}
 			e.ev.Now = w.now
 			w.request(e.node, n.f.Step(e.ev))
 		case dLook:
@@ -328,6 +345,8 @@ func (w *dWorld) run(deadline time.Duration) {
 			w.watchesEnd()
 		case dRelisted:
 			w.relisted(e)
+		case dAdminRemove:
+			w.adminRemove()
 		case dCycle, dStepDone, dDown, dBooted, dReadyAgain, dStarted, dCrash, dReread:
 			w.hostEvent(e)
 		}
@@ -337,7 +356,7 @@ func (w *dWorld) run(deadline time.Duration) {
 func (w *dWorld) follow(i int, notBefore time.Time) {
 	n := w.nodes[i]
 	n.mode, n.watched, n.view = dFollow, "", nil
-	n.f = NewFollower(w.copyOf(n.p), notBefore, n.front.Jitter)
+	n.f = NewFollower(w.self(i), notBefore, n.front.Jitter)
 	w.request(i, n.f.Start())
 }
 
@@ -357,7 +376,7 @@ func (w *dWorld) request(i int, a FollowAction) {
 		n.reads++
 		w.at(w.reply(), dEvent{node: i, kind: dFollowEv, gen: n.gen, ev: FollowEvent{Kind: Found, Read: w.readFront(a.Of)}})
 	case RecheckOwn:
-		w.at(w.reply(), dEvent{node: i, kind: dFollowEv, gen: n.gen, ev: FollowEvent{Kind: Rechecked, Self: n.p}})
+		w.at(w.reply(), dEvent{node: i, kind: dFollowEv, gen: n.gen, ev: FollowEvent{Kind: Rechecked, Self: w.copyOf(n.p)}})
 	case WatchPred:
 		if n.watched != a.Pred {
 			n.watched = a.Pred
@@ -446,19 +465,24 @@ func (w *dWorld) look(i int) {
 		return
 	}
 	n.looks++
-	snap := []claim.Participant{w.copyOf(n.p)}
+	self := w.self(i)
+	snap := []claim.Participant{self}
 	for j := range w.nodes {
 		p, ok := n.view[w.nodes[j].p.Name]
 		if stale {
 			p, ok = w.nodes[j].p, w.nodes[j].p.Claim.State != ""
 		}
 		_, front := p.Labels[FrontLabel]
-		other := p.Claim.State == claim.Waiting && !w.cfg.noOtherLimitsWatch && otherLimits(p, n.p)
+		other := p.Claim.State == claim.Waiting && !w.cfg.noOtherLimitsWatch && otherLimits(p, self)
 		if j != i && ok && (front || p.Claim.State.Active() || other) {
 			snap = append(snap, w.copyOf(p))
 		}
 	}
-	look := n.front.Look(View{Self: w.copyOf(n.p), Snap: snap, Now: w.now, Server: w.now, Stale: stale})
+	look := n.front.Look(View{Self: self, Snap: snap, Now: w.now, Server: w.now, Stale: stale})
+	if n.removed && (look.Admitted || RoleOf(self.Labels) != look.Role) {
+		w.lost(i, "as its write is refused") // its announce, or its front label
+		return
+	}
 	if look.Admitted {
 		w.admit(i)
 		return
@@ -608,9 +632,14 @@ func (w *dWorld) commit(i int, replied bool) {
 }
 
 // otherLimits: p publishes other limits than self, as the lock's
-// selector of them tells (their digests differ).
+// selector of them tells (their digests differ). The same limits have
+// the same digest: most pairs need no digest, which costs a JSON encoding.
 func otherLimits(p, self claim.Participant) bool {
-	return claim.LimitsDigest(p.Claim.Limits) != claim.LimitsDigest(self.Claim.Limits)
+	a, b := p.Claim.Limits, self.Claim.Limits
+	if a.Concurrency == b.Concurrency && slices.Equal(a.Groups, b.Groups) {
+		return false
+	}
+	return claim.LimitsDigest(a) != claim.LimitsDigest(b)
 }
 
 // strictest are the limits node n's commit must keep: the smallest that
