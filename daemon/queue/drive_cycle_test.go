@@ -330,6 +330,9 @@ func (w *dWorld) resume(i int, fresh bool) {
 	if fresh {
 		n.front = &Front{Node: n.p.Name, Grace: n.front.Grace, Jitter: n.front.Jitter}
 		n.enter = nil
+		if w.paused() {
+			n.front.SetPaused(true, w.now) // its blockers, looked at first
+		}
 	}
 	n.looking, n.removed = false, false // it has read its claim
 	switch n.p.Claim.State {
@@ -371,8 +374,10 @@ func (w *dWorld) resume(i int, fresh bool) {
 // the holders' daemons crash at one of their first steps, and an eighth of
 // the machines reboot unplanned before their reboot is asked for, and one
 // reply in ten to an announce, a commit or a step back is lost, every
-// watch ends a few times (drive_watch_test.go), and one roll in three has
-// an outage of the API server; each
+// watch ends a few times (drive_watch_test.go), an admin removes a few
+// waiting claims (drive_admin_test.go), the operator pauses the roll once
+// (drive_pause_test.go), and one roll in three has an outage of the API
+// server; each
 // daemon is started again, or reads its claim after the lost reply. No
 // slot stays idle longer than takeBound for a node whose daemon runs. Every node reboots and releases, within the
 // limits, each release after a reboot, each reboot drained.
@@ -386,7 +391,7 @@ func TestDriveCycleFaults(t *testing.T) {
 		if w.broken != "" {
 			t.Fatalf("seed %d: %s\n%s", seed, w.broken, w.trace.String())
 		}
-		for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes\n", "reboots unplanned", "reply is lost", "every watch ends", "the admin removes"} {
+		for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes\n", "reboots unplanned", "reply is lost", "every watch ends", "the admin removes", "the operator pauses"} {
 			faults[strings.TrimSpace(f)] += strings.Count(w.trace.String(), f)
 		}
 		if w.outTo.After(w.outFrom) {
@@ -395,7 +400,7 @@ func TestDriveCycleFaults(t *testing.T) {
 		longest = max(longest, w.last.Sub(t0))
 	}
 	t.Logf("20 seeds, done at %v at the latest; faults: %v (\"crashes\": a holder's daemon)", longest.Round(time.Second), faults)
-	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned", "reply is lost", "every watch ends", "the admin removes", "API outages"} {
+	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned", "reply is lost", "every watch ends", "the admin removes", "the operator pauses", "API outages"} {
 		if faults[f] == 0 {
 			t.Errorf("no daemon %s", f)
 		}

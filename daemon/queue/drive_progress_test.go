@@ -66,7 +66,7 @@ func (w *dWorld) tick() {
 		if !live[name] {
 			continue
 		}
-		wait := w.now.Sub(latest(w.pr.since[name], n.h.upSince, w.outTo))
+		wait := w.now.Sub(latest(w.pr.since[name], n.h.upSince, w.outTo, w.pauseTo))
 		w.pr.idle = max(w.pr.idle, wait)
 		if wait > takeBound {
 			w.broken = fmt.Sprintf("%s may take a free slot and has not, %v later (its daemon runs)", name, wait.Round(time.Second))

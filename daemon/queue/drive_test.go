@@ -101,6 +101,7 @@ const (
 	dWatchEnd    // every watch ends (drive_watch_test.go)
 	dRelisted    // a front node's informers list again after their back-off
 	dAdminRemove // an admin removes a waiting claim (drive_admin_test.go)
+	dPauseEnds   // the operator lifts the pause (drive_pause_test.go)
 )
 
 type dEvent struct {
@@ -113,9 +114,12 @@ type dEvent struct {
 	// opening; the host's events: the daemon's.
 	gen  int
 	wait time.Duration // dSteppedBack: the back-off
-	step cycle.Step    // dStepDone
-	ev   FollowEvent
-	p    claim.Participant // dDelivered
+	// refused: dSteppedBack: refused at the commit by the operator's
+	// pause; it looks again once the pause is lifted.
+	refused bool
+	step    cycle.Step // dStepDone
+	ev      FollowEvent
+	p       claim.Participant // dDelivered
 }
 
 type dQueue []dEvent
@@ -180,6 +184,9 @@ type dConfig struct {
 	// noRejoin: a daemon that finds its claim removed does not join
 	// again (a broken variant of lock.Acquire's caller).
 	noRejoin bool
+	// pauses: the operator pauses the roll once, without the other
+	// faults (drive_pause_test.go).
+	pauses bool
 	// noWakeOnWatchEnd: a front node is not woken when its watches end
 	// (a broken variant of the lock's shell).
 	noWakeOnWatchEnd bool
@@ -211,6 +218,10 @@ type dWorld struct {
 	pr        progress
 	// outFrom, outTo: the API server's outage (faults), if any.
 	outFrom, outTo time.Time
+	// pauseAfter: the operator pauses the roll at the first announce
+	// after it, from pauseFrom to pauseTo (drive_pause_test.go).
+	pauseAfter, pauseFrom, pauseTo time.Time
+	pauseFor                       time.Duration
 }
 
 func newWorld(cfg dConfig, seed uint64) *dWorld {
@@ -245,6 +256,7 @@ func newWorld(cfg dConfig, seed uint64) *dWorld {
 	}
 	w.drawWatchEnds()
 	w.drawAdminRemovals()
+	w.drawPause()
 	return w
 }
 
@@ -347,6 +359,8 @@ func (w *dWorld) run(deadline time.Duration) {
 			w.relisted(e)
 		case dAdminRemove:
 			w.adminRemove()
+		case dPauseEnds:
+			w.tellPaused(false)
 		case dCycle, dStepDone, dDown, dBooted, dReadyAgain, dStarted, dCrash, dReread:
 			w.hostEvent(e)
 		}
@@ -479,6 +493,10 @@ func (w *dWorld) look(i int) {
 		}
 	}
 	look := n.front.Look(View{Self: self, Snap: snap, Now: w.now, Server: w.now, Stale: stale})
+	if look.Admitted && w.paused() {
+		w.waitLifted(i) // MayAnnounce refuses: no write, its place kept
+		return
+	}
 	if n.removed && (look.Admitted || RoleOf(self.Labels) != look.Role) {
 		w.lost(i, "as its write is refused") // its announce, or its front label
 		return
@@ -524,6 +542,7 @@ func (w *dWorld) entering(e dEvent) {
 		n.p.Claim.State, n.p.Labels[FrontLabel] = claim.Entering, string(RoleIn)
 		n.announced = w.now
 		w.logf("%s announces", n.p.Name)
+		w.pauseAt()
 		w.changed(i)
 		if w.replied(e) {
 			w.verifySoon(i, w.reply())
@@ -534,7 +553,10 @@ func (w *dWorld) entering(e dEvent) {
 			return
 		}
 		a := n.enter.Verified(w.verified(i))
-		if a.Move == EnterCommit || a.Move == EnterStepBack {
+		if a.Move == EnterCommit && w.paused() {
+			a = n.enter.Checked(errPaused) // Take.Check, right before the commit
+		}
+		if a.Move == EnterCommit || a.Move == EnterStepBack || a.Move == EnterRefuse {
 			n.mode = dWriting
 		}
 		switch a.Move {
@@ -543,6 +565,9 @@ func (w *dWorld) entering(e dEvent) {
 		case EnterStepBack:
 			w.logf("%s steps back: %s", n.p.Name, a.Reason)
 			w.at(w.reply(), dEvent{node: i, kind: dSteppedBack, wait: a.Wait, gen: n.h.gen})
+		case EnterRefuse:
+			w.logf("%s is refused at its commit and steps back: %s", n.p.Name, a.Reason)
+			w.at(w.reply(), dEvent{node: i, kind: dSteppedBack, refused: true, gen: n.h.gen})
 		case EnterStay:
 			w.verifySoon(i, w.now.Add(n.front.Jitter(a.Wait)))
 		default:
@@ -560,6 +585,10 @@ func (w *dWorld) entering(e dEvent) {
 		}
 		n.mode = dFront
 		n.enter.Waiting()
+		if e.refused {
+			w.waitLifted(i)
+			return
+		}
 		n.lookGen++
 		w.at(w.now.Add(n.front.Jitter(max(e.wait, 1))), dEvent{node: i, kind: dLook, gen: n.lookGen})
 	}
