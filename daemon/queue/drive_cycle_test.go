@@ -337,7 +337,7 @@ func (w *dWorld) resume(i int, fresh bool) {
 	n.looking, n.removed = false, false // it has read its claim
 	switch n.p.Claim.State {
 	case "":
-		if n.joined && !n.done && !n.silent {
+		if n.joined && !n.done && !n.silent && !n.held {
 			w.rejoin(i) // an admin removed its waiting claim
 		}
 	case claim.Waiting:
@@ -376,7 +376,8 @@ func (w *dWorld) resume(i int, fresh bool) {
 // reply in ten to an announce, a commit or a step back is lost, every
 // watch ends a few times (drive_watch_test.go), an admin removes a few
 // waiting claims (drive_admin_test.go), the operator pauses the roll once
-// (drive_pause_test.go), and one roll in three has an outage of the API
+// (drive_pause_test.go) and holds a few waiting nodes
+// (drive_hold_test.go), and one roll in three has an outage of the API
 // server; each
 // daemon is started again, or reads its claim after the lost reply. No
 // slot stays idle longer than takeBound for a node whose daemon runs. Every node reboots and releases, within the
@@ -391,7 +392,7 @@ func TestDriveCycleFaults(t *testing.T) {
 		if w.broken != "" {
 			t.Fatalf("seed %d: %s\n%s", seed, w.broken, w.trace.String())
 		}
-		for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes\n", "reboots unplanned", "reply is lost", "every watch ends", "the admin removes", "the operator pauses"} {
+		for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes\n", "reboots unplanned", "reply is lost", "every watch ends", "the admin removes", "the operator pauses", "is held and leaves"} {
 			faults[strings.TrimSpace(f)] += strings.Count(w.trace.String(), f)
 		}
 		if w.outTo.After(w.outFrom) {
@@ -400,7 +401,7 @@ func TestDriveCycleFaults(t *testing.T) {
 		longest = max(longest, w.last.Sub(t0))
 	}
 	t.Logf("20 seeds, done at %v at the latest; faults: %v (\"crashes\": a holder's daemon)", longest.Round(time.Second), faults)
-	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned", "reply is lost", "every watch ends", "the admin removes", "the operator pauses", "API outages"} {
+	for _, f := range []string{"crashes following", "crashes in the front", "crashes entering", "crashes writing", "crashes", "reboots unplanned", "reply is lost", "every watch ends", "the admin removes", "the operator pauses", "is held and leaves", "API outages"} {
 		if faults[f] == 0 {
 			t.Errorf("no daemon %s", f)
 		}

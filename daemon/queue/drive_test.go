@@ -75,6 +75,8 @@ type dNode struct {
 	// (drive_admin_test.go).
 	removed bool
 	mem     claim.Participant
+	// held: the operator holds it (drive_hold_test.go).
+	held bool
 }
 
 type dKind int8
@@ -102,6 +104,8 @@ const (
 	dRelisted    // a front node's informers list again after their back-off
 	dAdminRemove // an admin removes a waiting claim (drive_admin_test.go)
 	dPauseEnds   // the operator lifts the pause (drive_pause_test.go)
+	dHold        // the operator holds a waiting node (drive_hold_test.go)
+	dHoldLifted  // and lifts the hold
 )
 
 type dEvent struct {
@@ -187,6 +191,12 @@ type dConfig struct {
 	// pauses: the operator pauses the roll once, without the other
 	// faults (drive_pause_test.go).
 	pauses bool
+	// holds: the operator holds waiting nodes now and then, without the
+	// other faults (drive_hold_test.go).
+	holds bool
+	// stayWhenHeld: a held node's daemon stops but leaves its claim in
+	// the queue (a broken variant of the daemon's leaveQueue).
+	stayWhenHeld bool
 	// noWakeOnWatchEnd: a front node is not woken when its watches end
 	// (a broken variant of the lock's shell).
 	noWakeOnWatchEnd bool
@@ -257,6 +267,7 @@ func newWorld(cfg dConfig, seed uint64) *dWorld {
 	w.drawWatchEnds()
 	w.drawAdminRemovals()
 	w.drawPause()
+	w.drawHolds()
 	return w
 }
 
@@ -300,6 +311,9 @@ func (w *dWorld) run(deadline time.Duration) {
 		n := w.nodes[e.node]
 		switch e.kind {
 		case dJoin:
+			if n.held {
+				continue // the lifted hold joins it
+			}
 			n.joined = true
 			n.p.Claim.State, n.p.Claim.Since = claim.Waiting, w.now
 			w.logf("%s joins", n.p.Name)
@@ -361,6 +375,10 @@ func (w *dWorld) run(deadline time.Duration) {
 			w.adminRemove()
 		case dPauseEnds:
 			w.tellPaused(false)
+		case dHold:
+			w.hold()
+		case dHoldLifted:
+			w.liftHold(e.node)
 		case dCycle, dStepDone, dDown, dBooted, dReadyAgain, dStarted, dCrash, dReread:
 			w.hostEvent(e)
 		}
