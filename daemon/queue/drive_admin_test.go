@@ -21,11 +21,8 @@ import (
 // drawAdminRemovals: with the faults, an admin removes a following
 // node's waiting claim two to five times in the roll's first 20 minutes.
 func (w *dWorld) drawAdminRemovals() {
-	if !w.cfg.faults && !w.cfg.adminRemovals {
-		return
-	}
-	for range 2 + w.rnd.IntN(4) {
-		w.at(t0.Add(time.Duration(w.rnd.Int64N(int64(20*time.Minute)))), dEvent{kind: dAdminRemove})
+	if w.cfg.faults || w.cfg.adminRemovals {
+		w.drawTimes(dAdminRemove, 2, 5, 20*time.Minute)
 	}
 }
 

@@ -22,11 +22,8 @@ import (
 // node one to three times in the roll's first 10 minutes, each for 30 s
 // to 5 minutes.
 func (w *dWorld) drawHolds() {
-	if !w.cfg.faults && !w.cfg.holds {
-		return
-	}
-	for range 1 + w.rnd.IntN(3) {
-		w.at(t0.Add(time.Duration(w.rnd.Int64N(int64(10*time.Minute)))), dEvent{kind: dHold})
+	if w.cfg.faults || w.cfg.holds {
+		w.drawTimes(dHold, 1, 3, 10*time.Minute)
 	}
 }
 

@@ -271,6 +271,14 @@ func newWorld(cfg dConfig, seed uint64) *dWorld {
 	return w
 }
 
+// drawTimes schedules lo to hi events of kind, at times drawn in the
+// roll's first within: the faults that are the world's, not a node's.
+func (w *dWorld) drawTimes(kind dKind, lo, hi int, within time.Duration) {
+	for range lo + w.rnd.IntN(hi-lo+1) {
+		w.at(t0.Add(time.Duration(w.rnd.Int64N(int64(within)))), dEvent{kind: kind})
+	}
+}
+
 func (w *dWorld) at(t time.Time, e dEvent) {
 	e.at, e.seq = t, w.seq
 	w.seq++

@@ -22,9 +22,7 @@ func (w *dWorld) drawWatchEnds() {
 	if !w.cfg.faults && !w.cfg.watchEnds {
 		return
 	}
-	for range 2 + w.rnd.IntN(4) {
-		w.at(t0.Add(time.Duration(w.rnd.Int64N(int64(time.Hour)))), dEvent{kind: dWatchEnd})
-	}
+	w.drawTimes(dWatchEnd, 2, 5, time.Hour)
 	if w.outTo.After(w.outFrom) {
 		w.at(w.outFrom, dEvent{kind: dWatchEnd})
 	}
