@@ -94,11 +94,7 @@ func TestDriveWatchEnds(t *testing.T) {
 	}
 	t.Logf("10 seeds, %d times every watch ended, no slot idle past %v", ends, takeBound)
 	cfg.noWakeOnWatchEnd = true
-	for seed := range uint64(10) {
-		if w := drive(cfg, seed); strings.Contains(w.broken, "may take a free slot") {
-			t.Logf("not woken: seed %d: %s", seed, w.broken)
-			return
-		}
+	if !findsIdleSlot(t, cfg, "not woken") {
+		t.Fatal("with the front nodes not woken, no seed of 10 found an idle slot")
 	}
-	t.Fatal("with the front nodes not woken, no seed of 10 found an idle slot")
 }
