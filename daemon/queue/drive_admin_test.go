@@ -71,8 +71,7 @@ func (w *dWorld) lost(i int, how string) {
 	n.removed = false
 	w.logf("%s finds its claim removed %s and joins again", n.p.Name, how)
 	if w.cfg.noRejoin {
-		n.mode, n.view, n.stale, n.looking = dIdle, nil, false, false
-		n.gen++
+		w.stopAcquiring(i)
 		return
 	}
 	w.rejoin(i)
@@ -80,10 +79,19 @@ func (w *dWorld) lost(i int, how string) {
 
 // rejoin: node i's daemon joins the queue again, at its back.
 func (w *dWorld) rejoin(i int) {
+	w.stopAcquiring(i)
+	w.at(w.reply(), dEvent{node: i, kind: dJoin})
+}
+
+// stopAcquiring: node i's daemon stops waiting for a slot; what it asked
+// meanwhile (the Follower's requests, its looks, its verify) is dropped
+// when it comes back.
+func (w *dWorld) stopAcquiring(i int) {
 	n := w.nodes[i]
 	n.mode, n.view, n.stale, n.looking = dIdle, nil, false, false
-	n.gen++ // the Follower's requests in flight are for the old claim
-	w.at(w.reply(), dEvent{node: i, kind: dJoin})
+	n.gen++
+	n.lookGen++
+	n.verGen++
 }
 
 // TestDriveAdminRemovals: with an admin removing following nodes' waiting

@@ -46,10 +46,7 @@ func (w *dWorld) hold() {
 	d := 30*time.Second + time.Duration(w.rnd.Int64N(int64(270*time.Second)))
 	w.at(w.now.Add(d), dEvent{node: i, kind: dHoldLifted})
 	w.logf("%s is held and leaves the queue (%s) for %v", n.p.Name, n.p.Claim.State, d)
-	n.mode, n.view, n.stale, n.looking = dIdle, nil, false, false
-	n.gen++ // what it asked while acquiring is dropped
-	n.lookGen++
-	n.verGen++
+	w.stopAcquiring(i)
 	if w.cfg.stayWhenHeld {
 		return
 	}
